@@ -188,6 +188,7 @@ def load_tensors(model: nnx.Module, tensors: dict[str, np.ndarray], cfg: BertCon
             raise CheckpointMismatchError(f"parameter {path!r} has no entry in the name table")
         names = [r[col] for r in table]
         absent = [n for n in names if n not in tensors]
+        used.update(n for n in names if n in tensors)
         if absent:
             if any(full.startswith(p) for p in allow_missing):
                 untouched.append(path)
@@ -196,7 +197,6 @@ def load_tensors(model: nnx.Module, tensors: dict[str, np.ndarray], cfg: BertCon
             continue
         parts = [to_ours(r[4], source, np.asarray(tensors[r[col]]), cfg) for r in table]
         arr = np.stack(parts) if table[0][1] is not None else parts[0]
-        used.update(names)
         if arr.shape != tuple(value.shape):
             bad_shape.append(f"{names[0]}{' (per layer)' if len(names) > 1 else ''}: checkpoint "
                              f"{parts[0].shape} vs model {tuple(value.shape)[1 if len(names) > 1 else 0:]}")

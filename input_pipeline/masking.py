@@ -1,0 +1,319 @@
+"""BERT masked-LM masking as TF ops (eager, inside `tf.data.Dataset.map`, or while writing shards).
+
+Follows `create_masked_lm_predictions` in Google's `create_pretraining_data.py`:
+
+* candidates are real (``input_mask``) tokens that are not special ids;
+* ``num_to_predict = min(P, max(1, round(num_real_tokens * masked_lm_prob)))`` where, as in the
+  original, ``num_real_tokens`` counts *all* real tokens including [CLS]/[SEP] (it is 0 when there
+  is no candidate at all); ``round`` is Python 3's round-half-to-even on the float64 product;
+* candidates (tokens, or whole words) are visited in a random order; a whole word that no longer
+  fits into the remaining ``num_to_predict`` (<= P) budget is skipped and the next one is tried,
+  so whole-word masking may choose fewer than ``num_to_predict`` tokens, as in the original;
+* every chosen *token* independently becomes [MASK] with ``mask_token_prob`` (0.8), a random id with
+  ``random_token_prob`` (0.1), else stays unchanged -- also inside a whole word, where the original
+  likewise decides per token index, not per word (one uniform draw against the two thresholds
+  instead of the original's two draws: same distribution).
+
+Deliberate deviations from the original (documented so nobody "fixes" them back):
+
+* random replacement ids are drawn uniformly from the vocabulary *excluding* the special ids and
+  ``mask_id`` (the original draws from the whole vocab, [CLS]/[PAD]/[MASK] included), or from
+  ``MaskingConfig.random_token_ids`` when given;
+* whole-word masking never joins a continuation piece to a word across a special token: a
+  continuation right after [CLS]/[SEP] (or at position 0) starts its own word (the original appends
+  such a piece to the last word of the previous segment);
+* the shuffle is "random 31-bit score per candidate (or word), sort descending", ties broken by
+  position: a uniform random order like `rng.shuffle`, not the same random stream.
+
+All randomness comes from one `tf.random.stateless_uniform` draw per explicit seed of shape [2], so
+eager and graph results are identical. No per-token Python, no `tf.py_function`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+_AUTOTUNE = tf.data.AUTOTUNE
+# A bool [vocab_size] continuation flag per id, or a function ids -> bool tensor like ids.
+ContinuationTable = Callable[[tf.Tensor], tf.Tensor] | Sequence[bool] | np.ndarray | tf.Tensor
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskingConfig:
+    """Masked-LM settings. `special_ids` are never chosen nor used as random replacements."""
+
+    vocab_size: int
+    mask_id: int
+    special_ids: tuple[int, ...]
+    masked_lm_prob: float = 0.15
+    max_predictions_per_seq: int = 20
+    whole_word: bool = False
+    mask_token_prob: float = 0.8
+    random_token_prob: float = 0.1
+    # Ids a "random" replacement is drawn from (a tuple or a range). None: every id in
+    # [0, vocab_size) except `special_ids` and `mask_id`.
+    random_token_ids: tuple[int, ...] | range | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "special_ids", tuple(int(i) for i in self.special_ids))
+        p_mask, p_rand = self.mask_token_prob, self.random_token_prob
+        checks = [
+            (self.vocab_size > 0, "vocab_size must be > 0"),
+            (0 <= self.mask_id < self.vocab_size, "mask_id must be in [0, vocab_size)"),
+            (0.0 <= self.masked_lm_prob <= 1.0, "masked_lm_prob must be in [0, 1]"),
+            (self.max_predictions_per_seq > 0, "max_predictions_per_seq must be > 0"),
+            (min(p_mask, p_rand) >= 0 and p_mask + p_rand <= 1.0 + 1e-9,
+             "mask_token_prob and random_token_prob must be >= 0 and sum to <= 1"),
+        ]
+        for ok, msg in checks:
+            if not ok:
+                raise ValueError(f"MaskingConfig: {msg}; got {self}")
+        ids = self.allowed_random_ids()
+        if ids.size == 0 or ids.min() < 0 or ids.max() >= self.vocab_size:
+            raise ValueError("MaskingConfig.random_token_ids must be non-empty, in [0, vocab_size)")
+        if np.isin(ids, self.special_ids).any():
+            raise ValueError("MaskingConfig.random_token_ids must not contain special ids")
+
+    def allowed_random_ids(self) -> np.ndarray:
+        """int32 array of the ids a random replacement is drawn from (uniformly)."""
+        if self.random_token_ids is not None:
+            return np.asarray(list(self.random_token_ids), dtype=np.int32)
+        excluded = np.asarray([*self.special_ids, self.mask_id], dtype=np.int64)
+        return np.setdiff1d(np.arange(self.vocab_size), excluded).astype(np.int32)
+
+
+def num_to_predict(num_real_tokens: tf.Tensor, num_candidates: tf.Tensor,
+                   cfg: MaskingConfig) -> tf.Tensor:
+    """Google's `min(P, max(1, int(round(len(tokens) * prob))))`, 0 without candidates. int32."""
+    product = tf.cast(num_real_tokens, tf.float64) * tf.constant(cfg.masked_lm_prob, tf.float64)
+    n = tf.cast(tf.round(product), tf.int32)  # tf.round rounds half to even, like Python 3
+    n = tf.minimum(cfg.max_predictions_per_seq, tf.maximum(1, n))
+    return tf.where(num_candidates > 0, n, 0)
+
+
+def example_seed(seed: int | tf.Tensor, epoch: int | tf.Tensor, index) -> tf.Tensor:
+    """Per-example seed(s) from (base seed, epoch, example index): what `mask_dataset` uses.
+
+    `index` may be a scalar (-> [2] int64) or a vector (-> [N, 2]). The seed is
+    `[key(seed, epoch), index]` with `key` a stateless random int64 of `fold_in([seed, c], epoch)`,
+    the same construction as `tf.random.fold_in`, written out so that it vectorises over indices.
+    """
+    return _example_seeds(_epoch_key(seed, epoch), index)
+
+
+def _epoch_key(seed, epoch) -> tf.Tensor:
+    base = tf.stack([tf.cast(seed, tf.int64), tf.constant(0x6D61736B, tf.int64)])  # "mask"
+    epoch_seed = tf.random.experimental.stateless_fold_in(base, tf.cast(epoch, tf.int64))
+    return tf.random.stateless_uniform([], epoch_seed, dtype=tf.int64, minval=None, maxval=None)
+
+
+def _example_seeds(key, index) -> tf.Tensor:
+    index = tf.cast(index, tf.int64)
+    return tf.stack([tf.broadcast_to(key, tf.shape(index)), index], axis=-1)
+
+
+def mask_example(features: dict, seed: tf.Tensor, cfg: MaskingConfig,
+                 is_continuation: tf.Tensor | None = None) -> dict:
+    """Masks one example ([L] tensors, `seed` [2]) or a batch ([B, L] tensors).
+
+    For a batch, `seed` is either [2] (one draw for the whole batch) or [B, 2] (one seed per row:
+    row b then equals `mask_example(row b, seed[b])` exactly, whatever B is).
+    `features` needs `input_ids` (int, padded) and `input_mask` (bool or int, 1 = real token); every
+    other key passes through unchanged. `is_continuation` (bool, same shape as `input_ids`) is
+    required when `cfg.whole_word`: True for pieces that continue the previous token's word
+    (WordPiece `##x`; SentencePiece pieces without a leading `▁`). Returns the features with
+    `input_ids` masked (int32) plus `masked_lm_positions` int32 [P] (ascending, unique, 0-padded),
+    `masked_lm_ids` int32 [P] (original ids, 0 on padding), `masked_lm_weights` float32 [P]
+    (each with a leading [B] for a batch).
+    """
+    return _mask_features(features, seed, cfg, is_continuation)
+
+
+def _mask_features(features, seed, cfg, is_continuation, max_rows: int | None = None) -> dict:
+    if "input_ids" not in features or "input_mask" not in features:
+        raise KeyError(f"mask_example needs 'input_ids' and 'input_mask'; got {sorted(features)}")
+    ids = tf.convert_to_tensor(features["input_ids"])
+    seed = tf.convert_to_tensor(seed)
+    rank = ids.shape.rank
+    if rank not in (1, 2):
+        raise ValueError(f"input_ids must have shape [L] or [B, L], got {ids.shape}")
+    if seed.shape.rank not in (1, rank):
+        raise ValueError(f"seed must have shape [2]{' or [B, 2]' if rank == 2 else ''}, "
+                         f"got {seed.shape}")
+    if cfg.whole_word and is_continuation is None:
+        raise ValueError("MaskingConfig.whole_word=True needs is_continuation")
+    squeeze = (lambda t: t[0]) if rank == 1 else (lambda t: t)
+    expand = lambda t, dtype: tf.cast(tf.convert_to_tensor(t)[None] if rank == 1 else t, dtype)
+    ids, real = expand(ids, tf.int32), expand(features["input_mask"], tf.bool)
+    cont = expand(is_continuation, tf.bool) if cfg.whole_word else None
+    batch, length = tf.shape(ids)[0], tf.shape(ids)[1]
+    # One draw per seed: row 0 shuffle scores, row 1 80/10/10 decision, row 2 random-id index.
+    if seed.shape.rank == 1:
+        bits = _draw(tf.stack([batch, 3, length]), seed)
+    elif seed.shape[0] is not None or max_rows:  # unrolled: much cheaper than a loop
+        rows = seed.shape[0] or max_rows
+        padded = tf.pad(seed, [[0, rows - tf.shape(seed)[0]], [0, 0]])
+        bits = tf.stack([_draw([3, length], s) for s in tf.unstack(padded, rows)])[:batch]
+    else:
+        bits = tf.map_fn(lambda s: _draw([3, length], s), seed, fn_output_signature=tf.int32)
+    out = _mask_batch(ids, real, cont, bits, cfg)
+    result = dict(features)
+    result.update({k: squeeze(v) for k, v in out.items()})
+    return result
+
+
+def _draw(shape, seed) -> tf.Tensor:
+    return tf.random.stateless_uniform(shape, seed=seed, dtype=tf.int32, minval=None, maxval=None)
+
+
+def _mask_batch(ids, real, cont, bits, cfg: MaskingConfig) -> dict:
+    """ids/real/cont: [B, L]; bits: [B, 3, L] int32 random bits."""
+    length = tf.shape(ids)[1]
+    num_slots = cfg.max_predictions_per_seq
+    specials = tf.constant(sorted(set(cfg.special_ids)) or [-1], tf.int32)
+    is_special = tf.reduce_any(ids[:, :, None] == specials, axis=-1)
+    cand = real & ~is_special
+    n = num_to_predict(tf.reduce_sum(tf.cast(real, tf.int32), -1),
+                       tf.reduce_sum(tf.cast(cand, tf.int32), -1), cfg)  # [B]
+    score = tf.bitwise.bitwise_and(bits[:, 0], 0x7FFFFFFF)  # >= 0 (non-candidates get -1 below)
+    if cfg.whole_word:
+        selected = _select_whole_words(cand, cont, score, n)
+    else:
+        selected = _select_tokens(cand, score, n, num_slots)
+
+    # 80/10/10 per chosen token.
+    u = tf.cast(tf.bitwise.bitwise_and(bits[:, 1], 0xFFFFFF), tf.float32) * (1.0 / (1 << 24))
+    allowed = cfg.allowed_random_ids()
+    rand_idx = tf.math.floormod(tf.bitwise.bitwise_and(bits[:, 2], 0x7FFFFFFF), allowed.size)
+    random_ids = tf.gather(tf.constant(allowed), rand_idx)
+    replaced = tf.where(u < cfg.mask_token_prob, cfg.mask_id,
+                        tf.where(u < cfg.mask_token_prob + cfg.random_token_prob, random_ids, ids))
+    masked_ids = tf.where(selected, replaced, ids)
+
+    # Sorted positions: top_k of (L - position) over selected tokens is ascending in position.
+    pos = tf.range(length)[None, :]
+    k = tf.minimum(num_slots, length)
+    vals, _ = tf.math.top_k(tf.where(selected, length - pos, 0), k=k)
+    valid = vals > 0
+    positions = tf.where(valid, length - vals, 0)
+    lm_ids = tf.where(valid, tf.gather(ids, positions, batch_dims=1), 0)
+    pad = [[0, 0], [0, num_slots - k]]
+    batch = tf.shape(ids)[0]
+    return {
+        "input_ids": masked_ids,
+        "masked_lm_positions": tf.reshape(tf.pad(positions, pad), [batch, num_slots]),
+        "masked_lm_ids": tf.reshape(tf.pad(lm_ids, pad), [batch, num_slots]),
+        "masked_lm_weights": tf.reshape(tf.pad(tf.cast(valid, tf.float32), pad),
+                                        [batch, num_slots]),
+    }
+
+
+def _select_tokens(cand, score, n, num_slots) -> tf.Tensor:
+    """The n highest-scoring candidates (a uniform random subset), as a [B, L] bool mask."""
+    length = tf.shape(cand)[1]
+    _, idx = tf.math.top_k(tf.where(cand, score, -1), k=tf.minimum(num_slots, length))
+    rank = tf.range(tf.shape(idx)[1])[None, :]
+    keep = (rank < n[:, None]) & tf.gather(cand, idx, batch_dims=1)
+    return _scatter_rows(idx, keep, length)
+
+
+def _scatter_rows(idx, flags, length) -> tf.Tensor:
+    """out[b, idx[b, j]] = flags[b, j] for unique idx per row; False elsewhere. [B, length]."""
+    rows = tf.broadcast_to(tf.range(tf.shape(idx)[0])[:, None], tf.shape(idx))
+    shape = tf.stack([tf.shape(idx)[0], length])
+    return tf.scatter_nd(tf.stack([rows, idx], -1), tf.cast(flags, tf.int32), shape) > 0
+
+
+def _select_whole_words(cand, cont, score, n) -> tf.Tensor:
+    """Greedy whole-word choice in random word order, skipping words that overflow the budget.
+
+    Vectorised replay of the original loop: in each round, all not-yet-visited words that fit the
+    remaining budget are accepted along a cumulative sum until the first one that overflows; that
+    word is skipped and the next round restarts after it with the smaller budget. A word skipped
+    in round t is longer than any budget after it, so there are at most max-word-length rounds.
+    """
+    batch, length = tf.shape(cand)[0], tf.shape(cand)[1]
+    prev_cand = tf.pad(cand[:, :-1], [[0, 0], [1, 0]])
+    start = cand & ~(cont & prev_cand)
+    word = tf.cumsum(tf.cast(start, tf.int32), axis=1) - 1  # word index of each token
+    offset = tf.range(batch)[:, None] * length
+    seg = tf.where(cand, word + offset, batch * length)  # non-candidates -> dump segment
+    num_seg = batch * length + 1
+    word_len = tf.math.unsorted_segment_sum(tf.cast(cand, tf.int32), seg, num_seg)[:-1]
+    word_score = tf.math.unsorted_segment_max(tf.where(start, score, -1), seg, num_seg)[:-1]
+    word_len = tf.reshape(word_len, [batch, length])
+    word_key = tf.where(word_len > 0, tf.reshape(word_score, [batch, length]), -1)
+    _, order = tf.math.top_k(word_key, k=length)  # random word order (empty words last)
+    sorted_len = tf.gather(word_len, order, batch_dims=1)
+    idx = tf.range(length)[None, :]
+
+    def body(accepted, ptr, budget, _):
+        elig = (idx >= ptr[:, None]) & (sorted_len > 0) & (sorted_len <= budget[:, None])
+        csum = tf.cumsum(tf.where(elig, sorted_len, 0), axis=1)
+        acc = elig & (csum <= budget[:, None])
+        over = elig & (csum > budget[:, None])
+        has_over = tf.reduce_any(over, axis=1)
+        first_over = tf.argmax(tf.cast(over, tf.int32), axis=1, output_type=tf.int32)
+        budget = budget - tf.reduce_sum(tf.where(acc, sorted_len, 0), axis=1)
+        ptr = tf.where(has_over, first_over + 1, length)
+        return accepted | acc, ptr, budget, tf.reduce_any(has_over & (budget > 0))
+
+    init = (tf.zeros_like(cand), tf.zeros([batch], tf.int32), n, tf.constant(True))
+    accepted, _, _, _ = tf.while_loop(lambda *s: s[3], body, init)
+    # Back from sorted-word order to word index, then to tokens.
+    accepted_word = _scatter_rows(order, accepted, length)
+    return cand & tf.gather(accepted_word, tf.maximum(word, 0), batch_dims=1)
+
+
+def mask_dataset(ds: tf.data.Dataset, cfg: MaskingConfig, *, seed: int,
+                 epoch: int | tf.Tensor = 0,
+                 continuation_table: ContinuationTable | None = None,
+                 num_parallel_calls: int | None = _AUTOTUNE,
+                 micro_batch: int = 64) -> tf.data.Dataset:
+    """Masks every element of `ds` (dicts with `input_ids`/`input_mask`), deterministically.
+
+    Element i gets `example_seed(seed, epoch, i)`, so each epoch gets a fresh mask while the same
+    (seed, epoch) always reproduces the same one, whatever `num_parallel_calls` or `micro_batch`:
+    element i equals `mask_example(element_i, example_seed(seed, epoch, i), cfg)`.
+    Single examples ([L]) with fully static shapes are masked `micro_batch` at a time (batch, mask
+    with per-row seeds, unbatch; about 5x faster than a per-example map); other single examples
+    are mapped one by one. Already-batched elements ([B, L]) get one seed per batch (i = batch
+    index), i.e. `mask_example(batch_i, example_seed(seed, epoch, i), cfg)`.
+
+    `continuation_table` (needed when `cfg.whole_word`): either a bool array/tensor [vocab_size]
+    giving each vocab id's continuation flag (looked up with `tf.gather`), or a callable
+    `ids -> bool tensor` of the same shape as `ids` (it must accept [L] and [B, L] ids).
+    """
+    if cfg.whole_word and continuation_table is None:
+        raise ValueError("mask_dataset: MaskingConfig.whole_word=True needs continuation_table")
+    if cfg.whole_word and not callable(continuation_table):
+        table = tf.constant(np.asarray(continuation_table, dtype=bool))
+        if table.shape != (cfg.vocab_size,):
+            raise ValueError(f"continuation_table must have shape [{cfg.vocab_size}], "
+                             f"got {table.shape}")
+        continuation_fn = lambda ids: tf.gather(table, ids)
+    else:
+        continuation_fn = continuation_table
+    spec = ds.element_spec
+    if not isinstance(spec, dict) or "input_ids" not in spec or "input_mask" not in spec:
+        raise ValueError(f"mask_dataset needs dict elements with 'input_ids' and 'input_mask', "
+                         f"got {spec}")
+    key = _epoch_key(seed, epoch)
+
+    def fn(index, features):
+        seeds = _example_seeds(key, index)  # [2], or [b, 2] for a micro-batch
+        cont = continuation_fn(features["input_ids"]) if cfg.whole_word else None
+        return _mask_features(features, seeds, cfg, cont, max_rows=micro_batch)
+
+    static = all(isinstance(s, tf.TensorSpec) and s.shape.is_fully_defined()
+                 for s in spec.values())
+    ds = ds.enumerate()
+    if micro_batch > 1 and spec["input_ids"].shape.rank == 1 and static:
+        ds = ds.batch(micro_batch).map(fn, num_parallel_calls=num_parallel_calls,
+                                       deterministic=True)
+        return ds.unbatch()
+    return ds.map(fn, num_parallel_calls=num_parallel_calls, deterministic=True)
