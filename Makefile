@@ -36,3 +36,22 @@ demo: install
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+
+# Golden reference values for the tests (tests/golden/, see its README): computed with Hugging Face
+# transformers + torch in a SEPARATE venv, so the project's .venv never needs torch. torch is pinned
+# exactly: 2.13.0 is a CPU-only build here; an unpinned torch would pull a multi-GB CUDA build.
+# The venv is (re)built when missing or when GOLDEN_REQS changes (recorded in its .installed).
+GOLDEN_VENV ?= $(HOME)/.cache/bert_jax/golden-venv
+GOLDEN_PY := $(GOLDEN_VENV)/bin/python
+GOLDEN_REQS := torch==2.13.0 transformers==5.23.0 numpy safetensors
+
+.PHONY: golden
+golden:
+	@if [ "$$(cat $(GOLDEN_VENV)/.installed 2>/dev/null)" != "$(GOLDEN_REQS)" ]; then \
+	  set -e; \
+	  test -x $(GOLDEN_PY) || $(PYTHON) -m venv $(GOLDEN_VENV); \
+	  echo "installing $(GOLDEN_REQS) into $(GOLDEN_VENV)"; \
+	  $(GOLDEN_PY) -m pip install -q $(GOLDEN_REQS); \
+	  echo "$(GOLDEN_REQS)" > $(GOLDEN_VENV)/.installed; \
+	fi
+	$(GOLDEN_PY) tests/golden/make_golden.py
