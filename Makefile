@@ -32,7 +32,7 @@ lint: install
 # MiniLM checkpoint (the paper's feature-based use, section 5.3).
 demo: install
 	mkdir -p $(DEMO_DIR)
-	$(PY) -m bert_jax.demo_features --workdir $(DEMO_DIR)
+	$(PY) -m bert_jax.demo --workdir $(DEMO_DIR)
 
 clean:
 	rm -rf $(VENV) build *.egg-info
