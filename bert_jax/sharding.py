@@ -2,15 +2,20 @@
 
 Every parameter carries a tuple of these names as its ``out_sharding`` metadata (with
 ``eager_sharding=False``, so modules can be built without a mesh). The rules that map logical names
-to mesh axes ('data', 'fsdp', 'tensor') live in the training config, not here.
+to mesh axes ('data', 'fsdp', 'tensor') live in the training config; this module turns them into
+``NamedSharding``s for a mesh.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import jax
+import numpy as np
 from flax import nnx
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 # Parameter axes.
 VOCAB = "vocab"  # word-piece vocabulary
@@ -34,3 +39,84 @@ def metadata(*names: str | None) -> dict[str, Any]:
 def init(initializer: Callable[..., Any], *names: str | None) -> Callable[..., Any]:
     """An initializer whose parameters carry these logical axis names."""
     return nnx.with_partitioning(initializer, tuple(names), eager_sharding=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Mesh and rules. The rules (logical name → mesh axis or axes) come from the config, e.g.
+#   (("batch", ("data", "fsdp")), ("vocab", "tensor"), ("embed", "fsdp"), ("heads", "tensor"),
+#    ("mlp", "tensor"), ("kv", None), ("layers", None), ("length", None))
+# ---------------------------------------------------------------------------------------------
+
+MESH_AXES = ("data", "fsdp", "tensor")
+
+
+def make_mesh(shape: Sequence[int], devices: Sequence[jax.Device] | None = None) -> Mesh:
+    """A ('data', 'fsdp', 'tensor') mesh; one -1 entry takes the remaining devices.
+
+    A single CPU or GPU is the mesh (1, 1, 1): there is no separate single-device code path.
+    """
+    devices = list(jax.devices() if devices is None else devices)
+    shape = list(shape)
+    if len(shape) != len(MESH_AXES):
+        raise ValueError(f"mesh shape {tuple(shape)} must have {len(MESH_AXES)} entries {MESH_AXES}")
+    if shape.count(-1) > 1 or any(s == 0 or s < -1 for s in shape):
+        raise ValueError(f"mesh shape {tuple(shape)}: positive sizes and at most one -1 allowed")
+    known = math.prod(s for s in shape if s != -1)
+    if -1 in shape:
+        if len(devices) % known:
+            raise ValueError(f"mesh shape {tuple(shape)} does not divide {len(devices)} devices")
+        shape[shape.index(-1)] = len(devices) // known
+    if math.prod(shape) != len(devices):
+        raise ValueError(f"mesh shape {tuple(shape)} needs {math.prod(shape)} devices, found {len(devices)}")
+    return jax.make_mesh(tuple(shape), MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES),
+                         devices=devices)
+
+
+def logical_to_mesh(names: Sequence[str | None], shape: Sequence[int], mesh: Mesh,
+                    rules: Sequence[tuple[str, Any]]) -> PartitionSpec:
+    """Mesh PartitionSpec for an array with these logical axis names.
+
+    A mesh axis is used at most once per array, and a dimension that the mesh axes do not divide
+    evenly stays replicated (vocab 30522 over 4 tensor shards, say) rather than failing.
+    """
+    table = dict(rules)
+    used: set[str] = set()
+    out = []
+    for name, dim in zip(names, shape, strict=True):
+        target = table.get(name) if name is not None else None
+        axes = (target,) if isinstance(target, str) else tuple(target or ())
+        axes = tuple(a for a in axes if a not in used and mesh.shape[a] > 1)
+        if axes and dim % math.prod(mesh.shape[a] for a in axes) == 0:
+            used.update(axes)
+            out.append(axes[0] if len(axes) == 1 else axes)
+        else:
+            out.append(None)
+    return PartitionSpec(*out)
+
+
+def state_shardings(abstract_state, mesh: Mesh, rules) -> Any:
+    """NamedShardings for a state pytree whose Variables carry logical ``out_sharding`` names.
+
+    Leaves without names (optimizer counters, the step, RNG keys) are replicated.
+    """
+    def one(x):
+        value = x.get_value() if isinstance(x, nnx.Variable) else x
+        names = x.get_metadata().get("out_sharding") if isinstance(x, nnx.Variable) else None
+        shape = getattr(value, "shape", ())
+        if not names or len(names) != len(shape):
+            return NamedSharding(mesh, PartitionSpec())
+        return NamedSharding(mesh, logical_to_mesh(names, shape, mesh, rules))
+
+    return jax.tree.map(one, abstract_state, is_leaf=lambda x: isinstance(x, nnx.Variable))
+
+
+def batch_sharding(mesh: Mesh, rules, ndim: int = 2) -> NamedSharding:
+    """Batch arrays are split along their leading axis by the 'batch' rule."""
+    spec = logical_to_mesh((BATCH,), (math.prod(mesh.devices.shape),), mesh, rules)
+    return NamedSharding(mesh, PartitionSpec(spec[0], *([None] * (ndim - 1))))
+
+
+def global_batch(local: dict[str, np.ndarray], mesh: Mesh, rules) -> dict[str, jax.Array]:
+    """Each process's slice of the batch → global arrays (multi-host: every host feeds its rows)."""
+    return {k: jax.make_array_from_process_local_data(batch_sharding(mesh, rules, v.ndim), v)
+            for k, v in local.items()}

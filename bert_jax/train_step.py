@@ -1,0 +1,127 @@
+"""Pure pre-training state and steps: ``train_step(state, batch, rng) -> (state, metrics)``.
+
+The model's structure (``graphdef``) and the optimizer are static; the state is a pytree (step,
+parameters as an ``nnx.State``, optimizer state), initialised abstractly with ``jax.eval_shape``
+and then created directly with its shardings, so a large model is never whole on one device. The
+trainer jits these functions once with explicit in/out shardings and donates the state.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from bert_jax.config import BertConfig
+from bert_jax.models import BertForPreTraining
+
+BATCH_KEYS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
+              "masked_lm_weights", "next_sentence_labels")
+
+
+@flax.struct.dataclass
+class TrainState:
+    step: jax.Array  # int32 [], optimizer steps taken
+    params: nnx.State  # the model's nnx.Param variables (logical axis names in their metadata)
+    opt_state: Any
+
+
+def model_graphdef(cfg: BertConfig, objective: str) -> nnx.GraphDef:
+    """The model's static structure, without allocating parameters."""
+    abstract = nnx.eval_shape(lambda: BertForPreTraining(cfg, rngs=nnx.Rngs(0), objective=objective))
+    return nnx.split(abstract, nnx.Param)[0]
+
+
+def init_state(cfg: BertConfig, objective: str, tx: optax.GradientTransformation, seed: int) -> TrainState:
+    model = BertForPreTraining(cfg, rngs=nnx.Rngs(seed), objective=objective)
+    _, params = nnx.split(model, nnx.Param)
+    return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
+
+
+def create_state(cfg: BertConfig, objective: str, tx, seed: int, shardings_fn) -> tuple[TrainState, Any]:
+    """(state, shardings): abstract init → shardings from the logical names → jitted, sharded init."""
+    init = functools.partial(init_state, cfg, objective, tx, seed)
+    abstract = jax.eval_shape(init)
+    shardings = shardings_fn(abstract)
+    return jax.jit(init, out_shardings=shardings)(), shardings
+
+
+def pretraining_losses(out, batch) -> dict[str, jax.Array]:
+    """Masked-LM cross-entropy averaged over real predictions (weights), plus NSP/SOP."""
+    logits = out.mlm_logits  # [batch, P, vocab] float32
+    labels, weights = batch["masked_lm_ids"], batch["masked_lm_weights"]  # [batch, P]
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)  # [batch, P]
+    total_weight = weights.sum()
+    correct = (jnp.argmax(logits, -1) == labels) * weights  # [batch, P]
+    m = {"mlm_loss_sum": (ce * weights).sum(), "mlm_correct": correct.sum(), "mlm_weight": total_weight}
+    if out.nsp_logits is not None:
+        nsp_labels = batch["next_sentence_labels"].reshape(-1)  # [batch]
+        nsp_ce = optax.softmax_cross_entropy_with_integer_labels(out.nsp_logits, nsp_labels)  # [batch]
+        m["nsp_loss_sum"] = nsp_ce.sum()
+        m["nsp_correct"] = (jnp.argmax(out.nsp_logits, -1) == nsp_labels).sum().astype(jnp.float32)
+        m["examples"] = jnp.asarray(nsp_labels.shape[0], jnp.float32)
+    return m
+
+
+def _loss(params, graphdef, batch, rng, deterministic: bool):
+    model = nnx.merge(graphdef, params)
+    out = model(batch["input_ids"], batch["input_mask"], batch["segment_ids"], batch["masked_lm_positions"],
+                deterministic=deterministic, rngs=None if deterministic else nnx.Rngs(dropout=rng))
+    m = pretraining_losses(out, batch)
+    loss = m["mlm_loss_sum"] / jnp.maximum(m["mlm_weight"], 1e-5)
+    if "nsp_loss_sum" in m:
+        loss = loss + m["nsp_loss_sum"] / m["examples"]
+    return loss, m
+
+
+def summarize(m: dict[str, jax.Array]) -> dict[str, jax.Array]:
+    """Sums (as accumulated over micro-batches or eval batches) → means and accuracies."""
+    out = {"mlm_loss": m["mlm_loss_sum"] / jnp.maximum(m["mlm_weight"], 1e-5),
+           "mlm_accuracy": m["mlm_correct"] / jnp.maximum(m["mlm_weight"], 1e-5)}
+    if "nsp_loss_sum" in m:
+        out["nsp_loss"] = m["nsp_loss_sum"] / m["examples"]
+        out["nsp_accuracy"] = m["nsp_correct"] / m["examples"]
+    out["loss"] = out["mlm_loss"] + out.get("nsp_loss", 0.0)
+    return out
+
+
+def train_step(state: TrainState, batch: dict, rng: jax.Array, *, graphdef, tx, schedule,
+               accumulation_steps: int = 1) -> tuple[TrainState, dict]:
+    """One optimizer step. With ``accumulation_steps`` k the batch's leading axis is split into k
+    micro-batches whose gradients are summed in a ``lax.scan`` (one update per call; the schedule
+    counts optimizer steps). Dropout keys: ``rng`` folded with the step (and micro-batch)."""
+    rng = jax.random.fold_in(rng, state.step)
+    grad_fn = jax.grad(_loss, has_aux=True)
+
+    if accumulation_steps == 1:
+        grads, sums = grad_fn(state.params, graphdef, batch, rng, False)
+    else:
+        micro = jax.tree.map(lambda x: x.reshape(accumulation_steps, -1, *x.shape[1:]), batch)
+
+        def body(carry, xs):
+            i, mb = xs
+            g, m = grad_fn(state.params, graphdef, mb, jax.random.fold_in(rng, i), False)
+            return jax.tree.map(jnp.add, carry, (g, m)), None
+
+        zeros = jax.tree.map(jnp.zeros_like, jax.eval_shape(
+            lambda: grad_fn(state.params, graphdef, jax.tree.map(lambda x: x[0], micro), rng, False)))
+        (grads, sums), _ = jax.lax.scan(body, zeros, (jnp.arange(accumulation_steps), micro))
+        grads = jax.tree.map(lambda g: g / accumulation_steps, grads)
+
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    metrics = summarize(sums)
+    metrics.update(learning_rate=schedule(state.step), grad_norm=optax.global_norm(grads),
+                   param_norm=optax.global_norm(params))
+    return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
+
+
+def eval_step(state: TrainState, batch: dict, *, graphdef) -> dict:
+    """Sums over one batch (add them up across batches, then `summarize`)."""
+    _, sums = _loss(state.params, graphdef, batch, None, True)
+    return sums
