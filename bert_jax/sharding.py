@@ -94,20 +94,22 @@ def logical_to_mesh(names: Sequence[str | None], shape: Sequence[int], mesh: Mes
     return PartitionSpec(*out)
 
 
-def state_shardings(abstract_state, mesh: Mesh, rules) -> Any:
-    """NamedShardings for a state pytree whose Variables carry logical ``out_sharding`` names.
+def param_shardings(abstract_params: nnx.State, mesh: Mesh, rules) -> dict:
+    """A pure dict of NamedShardings for parameters whose Variables carry logical names."""
+    specs = nnx.get_partition_spec(abstract_params).to_pure_dict()
+    shapes = abstract_params.to_pure_dict()
+    return jax.tree.map(lambda spec, a: NamedSharding(mesh, logical_to_mesh(tuple(spec), a.shape, mesh, rules)),
+                        specs, shapes, is_leaf=lambda x: isinstance(x, PartitionSpec))
 
-    Leaves without names (optimizer counters, the step, RNG keys) are replicated.
-    """
-    def one(x):
-        value = x.get_value() if isinstance(x, nnx.Variable) else x
-        names = x.get_metadata().get("out_sharding") if isinstance(x, nnx.Variable) else None
-        shape = getattr(value, "shape", ())
-        if not names or len(names) != len(shape):
-            return NamedSharding(mesh, PartitionSpec())
-        return NamedSharding(mesh, logical_to_mesh(names, shape, mesh, rules))
 
-    return jax.tree.map(one, abstract_state, is_leaf=lambda x: isinstance(x, nnx.Variable))
+def optimizer_shardings(tx, abstract_opt_state, params_sharding: dict, mesh: Mesh) -> Any:
+    """Optimizer state leaves shaped like parameters (Adam moments, momentum) are sharded like
+    them; counters and other leaves are replicated."""
+    import optax
+
+    replicated = NamedSharding(mesh, PartitionSpec())
+    return optax.tree_map_params(tx, lambda _, sharding: sharding, abstract_opt_state, params_sharding,
+                                 transform_non_params=lambda _: replicated)
 
 
 def batch_sharding(mesh: Mesh, rules, ndim: int = 2) -> NamedSharding:

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from bert_jax import sharding as sh
 from bert_jax.config import BertConfig
 from bert_jax.models import BertForPreTraining
 
@@ -27,27 +28,41 @@ BATCH_KEYS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "
 @flax.struct.dataclass
 class TrainState:
     step: jax.Array  # int32 [], optimizer steps taken
-    params: nnx.State  # the model's nnx.Param variables (logical axis names in their metadata)
+    params: dict  # the model's parameters as a pure nested dict (nnx.merge(graphdef, params))
     opt_state: Any
 
 
+def abstract_model(cfg: BertConfig, objective: str) -> tuple[nnx.GraphDef, nnx.State]:
+    """The model's static structure and its parameters' shapes and logical names; allocates nothing."""
+    model = nnx.eval_shape(lambda: BertForPreTraining(cfg, rngs=nnx.Rngs(0), objective=objective))
+    return nnx.split(model, nnx.Param)
+
+
 def model_graphdef(cfg: BertConfig, objective: str) -> nnx.GraphDef:
-    """The model's static structure, without allocating parameters."""
-    abstract = nnx.eval_shape(lambda: BertForPreTraining(cfg, rngs=nnx.Rngs(0), objective=objective))
-    return nnx.split(abstract, nnx.Param)[0]
+    return abstract_model(cfg, objective)[0]
 
 
 def init_state(cfg: BertConfig, objective: str, tx: optax.GradientTransformation, seed: int) -> TrainState:
     model = BertForPreTraining(cfg, rngs=nnx.Rngs(seed), objective=objective)
-    _, params = nnx.split(model, nnx.Param)
+    params = nnx.state(model, nnx.Param).to_pure_dict()
     return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
 
 
-def create_state(cfg: BertConfig, objective: str, tx, seed: int, shardings_fn) -> tuple[TrainState, Any]:
-    """(state, shardings): abstract init → shardings from the logical names → jitted, sharded init."""
+def state_shardings(cfg: BertConfig, objective: str, tx, mesh, rules) -> TrainState:
+    """NamedShardings for every leaf of the state, from the parameters' logical axis names."""
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    abstract = jax.eval_shape(functools.partial(init_state, cfg, objective, tx, 0))
+    params = sh.param_shardings(abstract_model(cfg, objective)[1], mesh, rules)
+    return TrainState(step=NamedSharding(mesh, PartitionSpec()), params=params,
+                      opt_state=sh.optimizer_shardings(tx, abstract.opt_state, params, mesh))
+
+
+def create_state(cfg: BertConfig, objective: str, tx, seed: int, mesh, rules) -> tuple[TrainState, TrainState]:
+    """(state, shardings): abstract init → shardings from the logical names → jitted init that
+    creates each parameter directly in its shards (nothing is ever whole on one device)."""
+    shardings = state_shardings(cfg, objective, tx, mesh, rules)
     init = functools.partial(init_state, cfg, objective, tx, seed)
-    abstract = jax.eval_shape(init)
-    shardings = shardings_fn(abstract)
     return jax.jit(init, out_shardings=shardings)(), shardings
 
 

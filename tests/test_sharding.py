@@ -38,7 +38,7 @@ def one_step(mesh_shape, accumulation_steps=1, batch=None):
     # SGD + momentum: updates are linear in the gradients (Adam's first step is ~lr * sign(grad),
     # which turns reduction-order noise on near-zero gradients into whole-step differences).
     tx = optax.sgd(0.1, momentum=0.9)
-    state, shardings = ts.create_state(CFG, "nsp", tx, 0, lambda a: sh.state_shardings(a, mesh, RULES))
+    state, shardings = ts.create_state(CFG, "nsp", tx, 0, mesh, RULES)
     graphdef = ts.model_graphdef(CFG, "nsp")
     step = jax.jit(
         functools.partial(ts.train_step, graphdef=graphdef, tx=tx, schedule=lambda s: 1e-3,
@@ -64,12 +64,12 @@ def test_every_mesh_computes_the_same_step(reference, mesh_shape):
     for a, b in zip(jax.tree.leaves(ref_state.params), jax.tree.leaves(state.params), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
     # Parameters and optimizer state (the momentum trace) are really sharded as the rules say.
-    word = state.params["bert"]["embeddings"]["word_embeddings"]["embedding"].get_value()
+    word = state.params["bert"]["embeddings"]["word_embeddings"]["embedding"]
     want = P("tensor" if mesh.shape["tensor"] > 1 else None, "fsdp" if mesh.shape["fsdp"] > 1 else None)
     assert word.sharding.spec == want, word.sharding
-    mu = state.opt_state[0].trace["bert"]["embeddings"]["word_embeddings"]["embedding"].get_value()
+    mu = state.opt_state[0].trace["bert"]["embeddings"]["word_embeddings"]["embedding"]
     assert mu.sharding.spec == want
-    kernel = state.params["bert"]["layers"]["ffn"]["intermediate"]["kernel"].get_value()  # [layers, embed, mlp]
+    kernel = state.params["bert"]["layers"]["ffn"]["intermediate"]["kernel"]  # [layers, embed, mlp]
     assert kernel.sharding.spec == P(None, "fsdp" if mesh.shape["fsdp"] > 1 else None,
                                      "tensor" if mesh.shape["tensor"] > 1 else None)
     if mesh.shape["fsdp"] * mesh.shape["tensor"] > 1:
