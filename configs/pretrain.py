@@ -1,0 +1,86 @@
+r"""BERT pre-training (Devlin et al., 2019), MLM + NSP by default.
+
+Named arguments: ``size`` (tiny | mini | small | medium | base | large), ``masking`` (static |
+dynamic), ``objective`` (nsp | sop | none), ``phase`` (1: length 128 for 90% of the steps;
+2: length 512 for the last 10%, continuing phase 1's state and learning-rate schedule),
+``runlocal`` (tiny data, few steps, CPU), ``synthetic`` (random batches: smoke tests, benchmarks).
+
+Local smoke run on the gensim Wikipedia excerpt (CPU, a few minutes):
+
+    python train.py --config configs/pretrain.py:size=tiny,runlocal --workdir /tmp/bert_tiny
+
+The paper on a Cloud TPU (batch 256, 1M steps; data prepared as in docs/data.md, see docs/tpu.md):
+
+    python train.py --config configs/pretrain.py:size=base,phase=1 --workdir gs://BUCKET/bert_base_p1 \
+        --config.data.input='gs://BUCKET/data/p1/*.tfrecord' --config.data.vocab=gs://BUCKET/vocab.txt
+    python train.py --config configs/pretrain.py:size=base,phase=2 --workdir gs://BUCKET/bert_base_p2 \
+        --config.init_checkpoint=gs://BUCKET/bert_base_p1 \
+        --config.data.input='gs://BUCKET/data/p2/*.tfrecord' --config.data.vocab=gs://BUCKET/vocab.txt
+"""
+
+import ml_collections
+
+from bert_jax.config_args import parse_arg
+
+PAPER_STEPS = 1_000_000
+PHASE1_STEPS = 900_000  # 90% at length 128, then 10% at 512 on the same schedule
+
+
+def get_config(arg=None):
+    args = parse_arg(arg, size="base", masking="static", objective="nsp", phase=1, runlocal=False,
+                     synthetic=False)
+    if args.phase not in (1, 2):
+        raise ValueError(f"phase={args.phase}: expected 1 (length 128) or 2 (length 512)")
+    c = ml_collections.ConfigDict()
+    c.seed = 0
+    c.objective = args.objective
+    c.multihost = False  # True on multi-host TPU pod slices: jax.distributed.initialize()
+
+    c.model = ml_collections.ConfigDict(dict(
+        size=args.size, vocab_size=30522,  # vocab_size comes from data.vocab unless data is synthetic
+        max_position_embeddings=512, dtype="float32", scan_layers=True, remat_policy="none",
+        attention_impl="auto", hidden_dropout_prob=0.1, attention_dropout_prob=0.1))
+
+    long = args.phase == 2
+    c.data = ml_collections.ConfigDict(dict(
+        kind="synthetic" if args.synthetic else "pretraining",
+        masking=args.masking,  # static: pre-masked TFRecords; dynamic: a new mask every epoch
+        input="", eval_input="", vocab="",  # set on the command line (gs:// works)
+        eval_fraction=0.0,  # >0 with text input: hold out this fraction of documents for eval
+        format="bert", max_seq_length=512 if long else 128, max_predictions_per_seq=80 if long else 20,
+        masked_lm_prob=0.15, whole_word_mask=False, short_seq_prob=0.1, packing="full",
+        shuffle_buffer=10_000, seed=0))
+
+    c.batch_size = 256  # global, across all devices and hosts
+    c.num_train_steps = PAPER_STEPS if long else PHASE1_STEPS
+    c.init_checkpoint = ""  # phase 2: phase 1's workdir (state, optimizer and step carry over)
+    # The paper's optimizer: Adam without bias correction as in the released code (see
+    # bert_jax/optim.py), lr 1e-4, 10k warmup, linear decay to 0 at step 1M over both phases.
+    c.optimizer = ml_collections.ConfigDict(dict(
+        optimizer="adamw_bert", learning_rate=1e-4, warmup_steps=10_000, num_train_steps=PAPER_STEPS,
+        weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-6, clip_norm=1.0, bias_correction=False,
+        schedule="bert", accumulation_steps=1))
+
+    c.mesh_shape = (-1, 1, 1)  # (data, fsdp, tensor); e.g. (-1, 8, 1) for FSDP on a pod slice
+    c.sharding_rules = (("batch", ("data", "fsdp")), ("vocab", "tensor"), ("embed", "fsdp"),
+                        ("heads", "tensor"), ("kv", None), ("mlp", "tensor"), ("layers", None),
+                        ("length", None))
+    c.log_every = 100
+    c.eval_every = 10_000
+    c.eval_steps = 50
+    c.checkpoint_every = 5_000
+    c.keep_checkpoints = 3
+
+    if args.runlocal:
+        c.model.size = "tiny"
+        c.data.update(input="pkg:wikipedia", vocab="pkg:minilm/vocab.txt", eval_fraction=0.05,
+                      masking="dynamic", shuffle_buffer=2_000)
+        c.batch_size = 32
+        c.num_train_steps = 300
+        c.optimizer.update(learning_rate=1e-3, warmup_steps=30, num_train_steps=300)
+        c.log_every, c.eval_every, c.eval_steps, c.checkpoint_every = 20, 100, 5, 100
+    if args.synthetic:
+        c.data.kind = "synthetic"
+        if args.runlocal:
+            c.model.vocab_size = 1000
+    return c

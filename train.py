@@ -1,0 +1,26 @@
+r"""Pre-training and fine-tuning entry point: parses flags and calls ``bert_jax.trainer.run``.
+
+    python train.py --config configs/pretrain.py:size=tiny,runlocal --workdir /tmp/w \
+        [--config.num_train_steps=2000 ...]
+"""
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+FLAGS = flags.FLAGS
+config_flags.DEFINE_config_file("config", None, "configs/<job>.py:<args>", lock_config=True)
+flags.DEFINE_string("workdir", None, "checkpoints, config.json, metrics and TensorBoard events", required=True)
+flags.mark_flags_as_required(["config"])
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    from bert_jax import trainer
+
+    logging.set_verbosity(logging.INFO)
+    trainer.run(FLAGS.config, FLAGS.workdir)
+
+
+if __name__ == "__main__":
+    app.run(main)
