@@ -112,13 +112,13 @@ def optimizer_shardings(tx, abstract_opt_state, params_sharding: dict, mesh: Mes
                                  transform_non_params=lambda _: replicated)
 
 
-def batch_sharding(mesh: Mesh, rules, ndim: int = 2) -> NamedSharding:
-    """Batch arrays are split along their leading axis by the 'batch' rule."""
+def batch_sharding(mesh: Mesh, rules) -> NamedSharding:
+    """Batch arrays are split along their leading axis by the 'batch' rule (any rank)."""
     spec = logical_to_mesh((BATCH,), (math.prod(mesh.devices.shape),), mesh, rules)
-    return NamedSharding(mesh, PartitionSpec(spec[0], *([None] * (ndim - 1))))
+    return NamedSharding(mesh, PartitionSpec(spec[0]))
 
 
 def global_batch(local: dict[str, np.ndarray], mesh: Mesh, rules) -> dict[str, jax.Array]:
     """Each process's slice of the batch → global arrays (multi-host: every host feeds its rows)."""
-    return {k: jax.make_array_from_process_local_data(batch_sharding(mesh, rules, v.ndim), v)
-            for k, v in local.items()}
+    sharding = batch_sharding(mesh, rules)
+    return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in local.items()}

@@ -65,9 +65,10 @@ def make_input(config, split: str, process_index: int, process_count: int):
 def vocab_size_of(config) -> int:
     if config.data.kind == "synthetic":
         return config.model.vocab_size
+    from bert_jax.package_data import resolve
     from input_pipeline.tokenizer_factory import load_tokenizer
 
-    return load_tokenizer(config.data.vocab).vocab_size
+    return load_tokenizer(resolve(config.data.vocab)).vocab_size
 
 
 class Progress:

@@ -1,0 +1,178 @@
+"""The training input: ``make_pretraining_dataset(config, ...)`` → fixed-shape numpy batches.
+
+``config.data.input`` is either
+
+* TFRecord shards (a glob, a list, or a directory written by ``create_pretraining_data``), masked
+  (``data.masking="static"``: the paper's dupe_factor copies) or unmasked (``"dynamic"``: masked
+  here, a new mask every epoch, RoBERTa style); Google's create_pretraining_data.py files work too;
+* anything else `sources.read_documents` reads (text files, Wikipedia dumps, ``tfds:...``, and
+  ``pkg:wikipedia``): examples are built in memory at start-up (small corpora; prepare shards with
+  ``create_pretraining_data`` for big ones).
+
+Every process reads its own share (files ``[process_index::process_count]``, or rows for in-memory
+examples). Order is a pure function of (seed, epoch): epoch e shuffles the file order and the
+examples with seeds derived from e, and dynamic masks use ``masking.example_seed(seed, e, i)``.
+The position is (epoch, batches consumed), so ``restore(state())`` replays exactly the batches an
+uninterrupted run would see (by skipping, before parsing and masking, the records already used).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import tensorflow as tf
+
+from bert_jax.package_data import resolve
+from input_pipeline import masking, pretraining, sources
+
+log = logging.getLogger(__name__)
+RECORD_SUFFIXES = (".tfrecord", ".tfrecord.gz", ".tfrecords")
+
+
+def _record_files(spec: str) -> list[str] | None:
+    """The shard files if ``spec`` names TFRecords (or a create_pretraining_data directory)."""
+    spec = resolve(spec)
+    if tf.io.gfile.isdir(spec) and tf.io.gfile.exists(spec.rstrip("/") + "/summary.json"):
+        spec = spec.rstrip("/") + "/*.tfrecord*"
+    parts = [p for p in spec.split(",") if p]
+    if not parts or not all(p.endswith(RECORD_SUFFIXES) or p.endswith(RECORD_SUFFIXES[0] + "*") for p in parts):
+        return None
+    files = sorted(f for p in parts for f in tf.io.gfile.glob(p))
+    if not files:
+        raise FileNotFoundError(f"data.input {spec!r} matches no TFRecord files")
+    return files
+
+
+class PretrainingData:
+    """An iterator of numpy batches (DESIGN.md keys) with ``state()`` / ``restore(state)``."""
+
+    def __init__(self, make_epoch, *, batch_size: int, mask_cfg: masking.MaskingConfig | None,
+                 continuation, seed: int, shuffle_buffer: int, parse=None):
+        self._make_epoch, self.batch_size, self.mask_cfg, self._parse = make_epoch, batch_size, mask_cfg, parse
+        self._continuation, self.seed, self.shuffle_buffer = continuation, seed, shuffle_buffer
+        self.epoch, self.batch = 0, 0
+        self._it = None
+
+    def state(self) -> dict:
+        return {"kind": "pretraining", "epoch": self.epoch, "batch": self.batch}
+
+    def restore(self, state: dict) -> None:
+        self.epoch, self.batch = int(state["epoch"]), int(state["batch"])
+        self._it = None
+
+    def _dataset(self, epoch: int, skip_batches: int) -> tf.data.Dataset:
+        ds = self._make_epoch(epoch)  # records (or feature dicts) in this epoch's file order
+        if self.shuffle_buffer > 1:
+            ds = ds.shuffle(self.shuffle_buffer, seed=self.seed * 7919 + epoch, reshuffle_each_iteration=False)
+        # Skip what was consumed before parsing and masking; index i keeps naming the same example.
+        ds = ds.enumerate().skip(skip_batches * self.batch_size).batch(self.batch_size, drop_remainder=True)
+        cfg, cont, parse = self.mask_cfg, self._continuation, self._parse
+
+        def prepare(index, x):  # index: [batch] int64
+            features = parse(x) if parse is not None else x
+            if cfg is not None:  # dynamic masking: row i gets example_seed(seed, epoch, i)
+                seeds = masking.example_seed(self.seed, epoch, index)  # [batch, 2]
+                ids = features["input_ids"]
+                features = masking.mask_example(features, seeds, cfg, cont(ids) if cfg.whole_word else None)
+            return features
+
+        ds = ds.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        return ds.prefetch(tf.data.AUTOTUNE)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        for _ in range(2):  # at most one epoch boundary per call
+            if self._it is None:
+                self._it = iter(self._dataset(self.epoch, self.batch))
+            try:
+                batch = next(self._it)
+            except StopIteration:
+                if self.batch == 0:
+                    raise ValueError(f"not enough examples for one batch of {self.batch_size} per process") from None
+                self.epoch, self.batch, self._it = self.epoch + 1, 0, None
+                continue
+            self.batch += 1
+            return {k: v.numpy() for k, v in batch.items()}
+        raise RuntimeError("unreachable")
+
+
+def _in_memory_examples(spec: str, tokenizer, d, split: str, objective: str) -> dict[str, np.ndarray]:
+    """Text / Wikipedia / TFDS → example arrays (eval: every n-th document, n = 1/eval_fraction)."""
+    report = sources.SourceReport()
+    docs = list(sources.read_documents(resolve(spec), format=d.format, report=report))
+    log.info("read %s: %s", spec, report.summary())
+    if d.eval_fraction and not d.eval_input:
+        every = max(int(round(1 / d.eval_fraction)), 2)
+        docs = [doc for i, doc in enumerate(docs) if (i % every == 0) == (split == "eval")]
+    tokenized = list(pretraining.tokenize_documents(docs, tokenizer))
+    return pretraining.build_examples(tokenized, tokenizer, objective=objective,
+                                      packing=d.packing, max_seq_length=d.max_seq_length,
+                                      short_seq_prob=d.short_seq_prob, seed=d.seed + (1 if split == "eval" else 0))
+
+
+def make_pretraining_dataset(config, *, split: str = "train", batch_size: int, process_index: int = 0,
+                             process_count: int = 1) -> PretrainingData:
+    from input_pipeline.tokenizer_factory import load_tokenizer
+
+    d = config.data
+    spec = d.eval_input if split == "eval" and d.eval_input else d.input
+    if not spec:
+        raise ValueError("config.data.input is empty: set --config.data.input=... (see docs/data.md)")
+    if split == "eval" and not d.eval_input and not d.eval_fraction:
+        raise ValueError("evaluation needs config.data.eval_input or data.eval_fraction > 0 (or eval_every=0)")
+    tokenizer = load_tokenizer(resolve(d.vocab))
+    mask_cfg = None
+    if d.masking == "dynamic":
+        mask_cfg = pretraining.masking_config(tokenizer, masked_lm_prob=d.masked_lm_prob,
+                                              max_predictions_per_seq=d.max_predictions_per_seq,
+                                              whole_word=d.whole_word_mask)
+    elif d.masking != "static":
+        raise ValueError(f"config.data.masking={d.masking!r}: expected 'static' or 'dynamic'")
+    files = _record_files(spec)
+    seed = d.seed + (10_007 if split == "eval" else 0)
+    if files is not None:
+        mine = files[process_index::process_count]
+        if not mine:
+            raise ValueError(f"{len(files)} TFRecord files cannot feed {process_count} processes")
+        _check_shapes(files[0], d)
+        p = None if d.masking == "dynamic" else d.max_predictions_per_seq
+        compression = "GZIP" if mine[0].endswith(".gz") else None
+
+        def make_epoch(epoch: int) -> tf.data.Dataset:
+            order = np.random.default_rng([seed, epoch]).permutation(len(mine))
+            return tf.data.TFRecordDataset([mine[i] for i in order], compression_type=compression)
+
+        def parse(records):  # [batch] serialized tf.train.Example
+            return pretraining.parse_examples(records, d.max_seq_length, p)
+    else:
+        if d.masking == "static":
+            log.info("static masking of text input: examples are masked once, with epoch-0 seeds")
+        rows = _in_memory_examples(spec, tokenizer, d, split, config.objective)
+        rows = {k: v[process_index::process_count] for k, v in rows.items()}
+        if d.masking == "static":
+            cfg = pretraining.masking_config(tokenizer, masked_lm_prob=d.masked_lm_prob,
+                                             max_predictions_per_seq=d.max_predictions_per_seq,
+                                             whole_word=d.whole_word_mask)
+            rows = pretraining.mask_features(rows, tokenizer, cfg, seed=seed)
+
+        def make_epoch(epoch: int) -> tf.data.Dataset:
+            return tf.data.Dataset.from_tensor_slices(rows)
+        parse = None
+    return PretrainingData(make_epoch, batch_size=batch_size, mask_cfg=mask_cfg, parse=parse,
+                           continuation=tokenizer.is_continuation, seed=seed, shuffle_buffer=d.shuffle_buffer)
+
+
+def _check_shapes(first_file: str, d) -> None:
+    """A data directory's config.json must agree with the training config's lengths."""
+    meta = first_file.rsplit("/", 1)[0] + "/config.json"
+    if not tf.io.gfile.exists(meta):
+        return
+    with tf.io.gfile.GFile(meta) as f:
+        written = json.load(f)
+    for key in ("max_seq_length", "max_predictions_per_seq"):
+        if key in written and written[key] != d[key] and (key != "max_predictions_per_seq" or d.masking == "static"):
+            raise ValueError(f"{meta}: {key}={written[key]} but config.data.{key}={d[key]}")
