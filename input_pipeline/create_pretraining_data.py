@@ -1,0 +1,368 @@
+r"""Raw text → pre-training TFRecord shards (Google create_pretraining_data.py's format).
+
+    python -m input_pipeline.create_pretraining_data --input 'corpus/*.txt' --output data/p128 \
+        --vocab vocab.txt --max_seq_length 128 --max_predictions_per_seq 20 --dupe_factor 10 \
+        --objective nsp --num_shards 64 --num_workers 8
+
+Two stages, both spread over ``--num_workers`` processes:
+
+1. per input file (a Wikipedia dump, a text file, or one TFDS spec): read documents (`sources`),
+   tokenize them in batches in-graph, and route each document to an output shard: with at least as
+   many files as shards, file ``i`` goes whole to shard ``i % num_shards``; with fewer, document
+   ``j`` of file ``i`` goes to shard ``i + num_files * (j % k)`` (``k`` = shards fed by file ``i``).
+   Tokenized documents are spilled to a local temporary directory.
+2. per shard: its documents (in file order) → instances (`examples.create_instances`, seeded with
+   ``(random_seed, shard)``) → static masks (``--masking static``: example ``k`` of shard ``s`` is
+   masked with ``masking.example_seed(random_seed, s, k)``) → ``pretrain-SSSSS-of-NNNNN.tfrecord``,
+   written under a temporary name and renamed when complete.
+
+So the output depends on the input, the flags and ``num_shards``, never on ``num_workers``.
+Deviations from Google's tool: instances are shuffled (and NotNext partners drawn) within a shard,
+not across the whole input; masks come from per-example seeds, not the instance rng stream.
+The end writes ``summary.json`` (counts, skipped input, speed) and ``config.json`` (the settings,
+so a reader knows max_seq_length and P); a directory without ``summary.json`` is incomplete.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import glob
+import json
+import logging
+import multiprocessing
+import os
+import random
+import tempfile
+import time
+import uuid
+
+import tensorflow as tf
+from absl import app, flags
+from tqdm.auto import tqdm
+
+from input_pipeline import examples, hide_accelerators_from_tf, pretraining, sources
+from input_pipeline.tokenizers import WordPieceTokenizer
+
+log = logging.getLogger(__name__)
+PREFIX = "pretrain"
+COMPRESSIONS = {"none": (None, ".tfrecord"), "gzip": ("GZIP", ".tfrecord.gz")}
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Everything that decides the output (and a worker needs); written to config.json."""
+
+    max_seq_length: int = 128
+    max_predictions_per_seq: int = 20
+    masked_lm_prob: float = 0.15
+    dupe_factor: int = 10
+    objective: str = "nsp"
+    packing: str = "full"
+    whole_word_mask: bool = False
+    short_seq_prob: float = 0.1
+    random_seed: int = 12345
+    num_shards: int = 1
+    masking: str = "static"
+    format: str = "bert"
+    on_error: str = "skip"
+    compression: str = "none"
+    text_field: str = "text"
+    max_documents_per_file: int | None = None  # for smoke tests: only the first N of each file
+
+    def check(self) -> None:
+        problems = [
+            (self.objective in examples.OBJECTIVES, f"objective in {examples.OBJECTIVES}"),
+            (self.packing in examples.PACKINGS, f"packing in {examples.PACKINGS}"),
+            (self.masking in ("static", "none"), "masking 'static' or 'none'"),
+            (self.format in sources.FORMATS and self.on_error in ("skip", "raise"),
+             f"format in {sources.FORMATS}, on_error 'skip' or 'raise'"),
+            (self.compression in COMPRESSIONS, f"compression in {tuple(COMPRESSIONS)}"),
+            (self.num_shards >= 1 and self.dupe_factor >= 1, "num_shards, dupe_factor >= 1"),
+            (self.max_seq_length >= 5, "max_seq_length >= 5"),
+            (self.max_predictions_per_seq >= 1, "max_predictions_per_seq >= 1"),
+            (0 <= self.short_seq_prob <= 1 and 0 <= self.masked_lm_prob <= 1, "probabilities in [0, 1]"),
+        ]
+        bad = [what for ok, what in problems if not ok]
+        if bad:
+            raise ValueError(f"create_pretraining_data: need {'; '.join(bad)}; got {self}")
+
+    def shard_path(self, output_dir: str, shard: int) -> str:
+        suffix = COMPRESSIONS[self.compression][1]
+        return os.path.join(output_dir, f"{PREFIX}-{shard:05d}-of-{self.num_shards:05d}{suffix}")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Job:
+    settings: Settings
+    units: tuple[str, ...]  # input files, or a single TFDS spec
+    output_dir: str
+    spill_dir: str
+    vocab_file: str
+    lower_case: bool
+
+
+def shard_seed(random_seed: int, shard: int) -> int:
+    """Seed of shard ``shard``'s ``random.Random`` (documents shuffle, instances, their shuffle)."""
+    return random_seed * 1_000_003 + shard
+
+
+def _route(unit: int, doc: int, num_units: int, num_shards: int) -> int:
+    if num_units >= num_shards:
+        return unit % num_shards
+    return unit + num_units * (doc % len(range(unit, num_shards, num_units)))
+
+
+def _spill_path(job: _Job, shard: int, unit: int) -> str:
+    return os.path.join(job.spill_dir, f"s{shard:05d}-u{unit:05d}.bin")
+
+
+def _read_unit(job: _Job, unit: int, tokenizer, notify) -> dict:
+    """Stage 1: one input file → tokenized documents spilled per shard; returns counts."""
+    s = job.settings
+    report = sources.SourceReport()
+    docs = sources.read_documents(job.units[unit], format=s.format, on_error=s.on_error,
+                                  text_field=s.text_field, report=report)
+    if s.max_documents_per_file is not None:
+        docs = (d for _, d in zip(range(s.max_documents_per_file), docs, strict=False))
+    spills, counts, seen = {}, collections.Counter(), 0
+    try:
+        for j, doc in enumerate(pretraining.tokenize_documents(docs, tokenizer)):
+            seen = j + 1
+            if seen % 64 == 0:
+                notify(64)
+            if not doc:
+                counts["empty_documents"] += 1
+                continue
+            shard = _route(unit, j, len(job.units), s.num_shards)
+            if shard not in spills:
+                spills[shard] = open(_spill_path(job, shard, unit), "wb")  # noqa: SIM115
+            pretraining.spill_document(spills[shard], doc)
+            counts["sentences"] += len(doc)
+        notify(seen % 64)
+    finally:
+        for f in spills.values():
+            f.close()
+    return {"report": report, **counts}
+
+
+def _write_shard(job: _Job, shard: int, tokenizer, notify) -> dict:
+    """Stage 2: one shard's documents → instances → (masks) → a complete TFRecord file."""
+    s = job.settings
+    spilled = glob.glob(os.path.join(job.spill_dir, f"s{shard:05d}-u*.bin"))
+    documents = pretraining.read_spilled(sorted(spilled))
+    rng = random.Random(shard_seed(s.random_seed, shard))
+    feats = pretraining.build_examples(
+        documents, tokenizer, objective=s.objective, packing=s.packing,
+        max_seq_length=s.max_seq_length, short_seq_prob=s.short_seq_prob,
+        dupe_factor=s.dupe_factor, seed=rng)
+    if s.masking == "static":
+        cfg = pretraining.masking_config(tokenizer, masked_lm_prob=s.masked_lm_prob,
+                                         max_predictions_per_seq=s.max_predictions_per_seq,
+                                         whole_word=s.whole_word_mask)
+        feats = pretraining.mask_features(feats, tokenizer, cfg, seed=s.random_seed, stream=shard)
+    pretraining.write_records(s.shard_path(job.output_dir, shard),
+                              pretraining.serialize_features(feats), COMPRESSIONS[s.compression][0])
+    notify(0)
+    return {
+        "documents": len(documents),
+        "examples": len(feats["input_ids"]),
+        "tokens": int(feats["input_mask"].sum()),
+        "masked_tokens": int(feats["masked_lm_weights"].sum()) if s.masking == "static" else 0,
+        "next_sentence_label_1": int(feats["next_sentence_labels"].sum()),
+    }
+
+
+# --- running the two stages in-process or in a pool of spawned workers ------------------------
+
+_WORKER: dict = {}  # per worker process: its tokenizer and progress queue (set by _init_worker)
+
+
+def _init_worker(vocab_file: str, lower_case: bool, queue) -> None:
+    hide_accelerators_from_tf()
+    _WORKER.update(tokenizer=WordPieceTokenizer(vocab_file, lower_case=lower_case), queue=queue)
+
+
+def _in_worker(args):
+    stage, job, index = args
+    fn = _read_unit if stage == "read" else _write_shard
+    return index, fn(job, index, _WORKER["tokenizer"], _WORKER["queue"].put)
+
+
+def _run_stage(stage, job, count, tokenizer, pool, queue, desc, unit, progress) -> list[dict]:
+    bar = tqdm(total=count, desc=desc, unit=unit, disable=not progress, dynamic_ncols=True)
+    documents = 0
+
+    def notify(n):
+        nonlocal documents
+        documents += n
+        if n:
+            bar.set_postfix(documents=documents, refresh=False)
+            bar.refresh()
+
+    results = {}
+    with bar:
+        if pool is None:
+            fn = _read_unit if stage == "read" else _write_shard
+            for i in range(count):
+                results[i] = fn(job, i, tokenizer, notify)
+                bar.update(1)
+        else:
+            pending = pool.imap_unordered(_in_worker, [(stage, job, i) for i in range(count)])
+            while len(results) < count:
+                try:
+                    i, result = pending.next(timeout=0.25)
+                    results[i] = result
+                    bar.update(1)
+                except multiprocessing.TimeoutError:
+                    pass
+                while not queue.empty():
+                    notify(queue.get())
+    return [results[i] for i in range(count)]
+
+
+def _prepare_output(output_dir: str) -> None:
+    tf.io.gfile.makedirs(output_dir)
+    for name in ("summary.json", "config.json"):  # a half-rewritten directory must not look done
+        if tf.io.gfile.exists(os.path.join(output_dir, name)):
+            tf.io.gfile.remove(os.path.join(output_dir, name))
+    for stale in tf.io.gfile.glob(os.path.join(output_dir, f"{PREFIX}-*")):
+        log.info("removing %s from an earlier run", stale)
+        tf.io.gfile.remove(stale)
+
+
+def _write_json(path: str, data: dict) -> None:
+    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+    with tf.io.gfile.GFile(tmp, "w") as f:
+        json.dump(data, f, indent=2, sort_keys=True)
+    tf.io.gfile.rename(tmp, path, overwrite=True)
+
+
+def _merge_reports(reports: list[sources.SourceReport]) -> sources.SourceReport:
+    total = sources.SourceReport()
+    for r in reports:
+        total.files += r.files
+        total.documents += r.documents
+        total.sentences += r.sentences
+        total.skipped.update(r.skipped)
+        total.filtered.update(r.filtered)
+        total.first_error = total.first_error or r.first_error
+    return total
+
+
+def create_pretraining_data(input_spec, output_dir: str, tokenizer, *, num_workers: int = 1,
+                            progress: bool = True, **settings) -> dict:
+    """Writes ``output_dir/pretrain-*-of-*.tfrecord``, ``config.json`` and ``summary.json``;
+    returns the summary. ``tokenizer``: a `WordPieceTokenizer` or a vocab.txt path; ``settings``:
+    the fields of `Settings` (``max_seq_length``, ``dupe_factor``, ``objective``, ...).
+    Earlier ``pretrain-*`` files in ``output_dir`` are removed first; nothing is reused."""
+    s = Settings(**settings)
+    s.check()
+    if not isinstance(tokenizer, WordPieceTokenizer):
+        tokenizer = WordPieceTokenizer(tokenizer)
+    tfds = isinstance(input_spec, str) and input_spec.strip().startswith("tfds:")
+    units = [input_spec] if tfds else sources.list_files(input_spec)
+    start = time.time()
+    _prepare_output(output_dir)
+    workers = max(1, min(num_workers, max(len(units), s.num_shards)))
+    with tempfile.TemporaryDirectory(prefix="pretrain-spill-") as spill_dir:
+        job = _Job(s, tuple(units), output_dir, spill_dir, tokenizer.vocab_file, tokenizer.lower_case)
+        pool = queue = None
+        if workers > 1:
+            ctx = multiprocessing.get_context("spawn")  # TF is not fork-safe
+            queue = ctx.Queue()
+            pool = ctx.Pool(workers, _init_worker, (job.vocab_file, job.lower_case, queue))
+        try:
+            read = _run_stage("read", job, len(units), tokenizer, pool, queue, "reading",
+                              "file", progress)
+            written = _run_stage("write", job, s.num_shards, tokenizer, pool, queue,
+                                 "writing", "shard", progress)
+        finally:
+            if pool is not None:
+                pool.terminate()
+                pool.join()
+    seconds = time.time() - start
+    totals = {k: sum(r[k] for r in written) for k in written[0]}
+    report = _merge_reports([r["report"] for r in read])
+    source = report.as_dict()
+    summary = {
+        **totals,
+        "empty_documents": sum(r.get("empty_documents", 0) for r in read),
+        "sentences": sum(r.get("sentences", 0) for r in read),
+        "next_sentence_label_1_fraction": totals["next_sentence_label_1"] / max(1, totals["examples"]),
+        "mean_tokens_per_example": totals["tokens"] / max(1, totals["examples"]),
+        "skipped_input": sum(source["skipped"].values()),
+        "source": source,
+        "input_files": len(units),
+        "shards": [os.path.basename(s.shard_path(output_dir, i)) for i in range(s.num_shards)],
+        "num_workers": workers,
+        "seconds": round(seconds, 3),
+        "examples_per_second": round(totals["examples"] / seconds, 1),
+        "tokens_per_second": round(totals["tokens"] / seconds, 1),
+    }
+    config = dataclasses.asdict(s) | {
+        "input": input_spec if isinstance(input_spec, str) else list(input_spec),
+        "vocab_file": tokenizer.vocab_file, "vocab_size": tokenizer.vocab_size,
+        "lower_case": tokenizer.lower_case, "masked": s.masking == "static",
+        "shard_pattern": os.path.basename(s.shard_path(output_dir, 0)).replace("00000-of", "*-of"),
+    }
+    _write_json(os.path.join(output_dir, "config.json"), config)
+    _write_json(os.path.join(output_dir, "summary.json"), summary)
+    log.info("wrote %d examples (%d tokens, %d masked) from %d documents to %d shards in %.1fs; %s",
+             totals["examples"], totals["tokens"], totals["masked_tokens"], totals["documents"],
+             s.num_shards, seconds, report.summary())
+    return summary
+
+
+# --- command line ------------------------------------------------------------------------------
+
+_D = Settings()
+flags.DEFINE_string("input", None, "Source spec: files/globs/dirs (comma-separated), a Wikipedia "
+                    "dump (*.xml[.bz2]) or tfds:NAME[:SPLIT]; see input_pipeline.sources.")
+flags.DEFINE_string("output", None, "Output directory for the shards, config.json, summary.json.")
+flags.DEFINE_string("vocab", None, "WordPiece vocab.txt.")
+flags.DEFINE_enum("lower_case", "auto", ["auto", "true", "false"],
+                  "Lower-case input (auto: from the vocabulary).")
+flags.DEFINE_integer("max_seq_length", _D.max_seq_length, "Examples are padded to this length.")
+flags.DEFINE_integer("max_predictions_per_seq", _D.max_predictions_per_seq,
+                     "Masked positions per example (P).")
+flags.DEFINE_float("masked_lm_prob", _D.masked_lm_prob, "Fraction of tokens to mask.")
+flags.DEFINE_integer("dupe_factor", _D.dupe_factor,
+                     "Passes over the corpus (different instances and masks each).")
+flags.DEFINE_enum("objective", _D.objective, list(examples.OBJECTIVES),
+                  "nsp (BERT), sop (ALBERT) or none (packed single segments, RoBERTa).")
+flags.DEFINE_enum("packing", _D.packing, list(examples.PACKINGS),
+                  "With --objective none: full = FULL-SENTENCES, doc = DOC-SENTENCES.")
+flags.DEFINE_bool("whole_word_mask", _D.whole_word_mask, "Mask whole words.")
+flags.DEFINE_float("short_seq_prob", _D.short_seq_prob, "Probability of a shorter target length.")
+flags.DEFINE_integer("random_seed", _D.random_seed, "Seed for instances and masks.")
+flags.DEFINE_integer("num_shards", _D.num_shards, "Output files.")
+flags.DEFINE_integer("num_workers", 1, "Worker processes (the output does not depend on it).")
+flags.DEFINE_enum("masking", _D.masking, ["static", "none"],
+                  "static: write masked examples; none: unmasked, for dynamic masking.")
+flags.DEFINE_enum("format", _D.format, list(sources.FORMATS), "Text file layout.")
+flags.DEFINE_enum("on_error", _D.on_error, ["skip", "raise"], "Bad input: skip (counted) or raise.")
+flags.DEFINE_enum("compression", _D.compression, list(COMPRESSIONS), "Shard compression.")
+flags.DEFINE_string("text_field", _D.text_field, "Text feature of a tfds: source.")
+flags.DEFINE_integer("max_documents_per_file", None, "Only the first N documents of each file.")
+flags.DEFINE_bool("progress", True, "Show progress bars.")
+
+
+def main(argv) -> None:
+    del argv
+    hide_accelerators_from_tf()
+    logging.getLogger().setLevel(logging.INFO)
+    F = flags.FLAGS
+    lower = {"auto": None, "true": True, "false": False}[F.lower_case]
+    tokenizer = WordPieceTokenizer(F.vocab, lower_case=lower)
+    names = [f.name for f in dataclasses.fields(Settings)]
+    summary = create_pretraining_data(F.input, F.output, tokenizer, num_workers=F.num_workers,
+                                      progress=F.progress, **{n: getattr(F, n) for n in names})
+    keys = ("documents", "examples", "tokens", "masked_tokens", "skipped_input", "seconds",
+            "examples_per_second", "tokens_per_second")
+    print(json.dumps({k: summary[k] for k in keys}, indent=1))
+
+
+if __name__ == "__main__":
+    flags.mark_flags_as_required(["input", "output", "vocab"])
+    app.run(main)
