@@ -10,22 +10,30 @@ would pick up; the newest K are kept.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from etils import epath
 from flax import nnx, traverse_util
 
 log = logging.getLogger(__name__)
+
+
+def as_path(path: str | os.PathLike) -> epath.Path:
+    """A workdir as an ``epath.Path``: local paths made absolute, ``gs://`` (any URL) kept as is."""
+    text = os.fspath(path)
+    return epath.Path(text if "://" in text else os.path.abspath(text))
 
 
 class Checkpointer:
     """A thin wrapper over ``ocp.CheckpointManager`` for the trainer."""
 
     def __init__(self, workdir: str | Path, *, keep: int = 3, async_save: bool = True):
-        self.directory = Path(workdir).absolute() / "checkpoints"
+        self.directory = as_path(workdir) / "checkpoints"
         options = ocp.CheckpointManagerOptions(
             preservation_policy=ocp.checkpoint_managers.LatestN(n=keep),
             enable_async_checkpointing=async_save,
@@ -53,6 +61,14 @@ class Checkpointer:
             raise ValueError(f"{self.directory}/{step}: does not fit this model/optimizer: {e}") from e
         return out.state, dict(out.meta)
 
+    def read_meta(self, step: int | None = None) -> dict:
+        """The ``meta`` item alone (data position, model config) of a step (default: the latest)."""
+        step = self.latest_step() if step is None else step
+        if step is None:
+            raise FileNotFoundError(f"{self.directory}: no checkpoint to read")
+        out = self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+        return dict(out.meta)
+
     def wait(self) -> None:
         self.manager.wait_until_finished()
 
@@ -66,13 +82,13 @@ def abstract_target(shapes: Any, shardings: Any) -> Any:
     return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, shardings)
 
 
-def read_params(path: str | Path) -> tuple[dict, Path]:
+def read_params(path: str | Path) -> tuple[dict, epath.Path]:
     """The parameters of a training checkpoint, as a flat ``{"a/b/c": np.ndarray}`` dict.
 
     ``path`` may be a workdir, its ``checkpoints`` directory or one step directory (latest step
     when not given). Returns the params and the step directory they came from.
     """
-    path = Path(path).absolute()
+    path = as_path(path)
     if (path / "checkpoints").is_dir():
         path = path / "checkpoints"
     if not (path / "state").is_dir():

@@ -24,7 +24,7 @@ import numpy as np
 
 from bert_jax import sharding as sh
 from bert_jax import train_step as ts
-from bert_jax.checkpoints import Checkpointer, abstract_target
+from bert_jax.checkpoints import Checkpointer, abstract_target, as_path
 from bert_jax.config import BertConfig
 from bert_jax.metric_writer import MetricWriter
 from bert_jax.optim import make_optimizer
@@ -95,7 +95,9 @@ class Progress:
         eta = (self.total - step) / max(rate, 1e-9)
         timing = {"steps_per_sec": rate, "examples_per_sec": rate * self.per_step}
         if self.enabled:
-            text = (f"step {step}/{self.total} loss {metrics['loss']:.4f} mlm_acc {metrics['mlm_accuracy']:.4f} "
+            shown = " ".join(f"{name} {metrics[k]:.4f}" for k, name in
+                             (("loss", "loss"), ("mlm_accuracy", "mlm_acc"), ("accuracy", "acc")) if k in metrics)
+            text = (f"step {step}/{self.total} {shown} "
                     f"| {rate:.2f} steps/s {rate * self.per_step:.0f} ex/s | ETA {eta / 60:.1f} min")
             if self.bar is not None:
                 self.bar.set_postfix_str(f"loss {metrics['loss']:.3f}")
@@ -113,6 +115,20 @@ def _mean(rows: list[dict]) -> dict:
     return {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
 
 
+def gather_data_states(state: dict) -> list[dict]:
+    """Every process's input position (they differ on a pod: each reads its own files), so each
+    process resumes its own stream. Single process: ``[state]``."""
+    if jax.process_count() == 1:
+        return [state]
+    from jax.experimental import multihost_utils
+
+    raw = json.dumps(state).encode()
+    if len(raw) > 4096:
+        raise ValueError(f"input pipeline state too large to gather ({len(raw)} bytes)")
+    rows = multihost_utils.process_allgather(np.frombuffer(raw.ljust(4096), np.uint8))  # [processes, 4096]
+    return [json.loads(bytes(r).decode().strip()) for r in np.asarray(rows)]
+
+
 def evaluate(eval_fn, state, data, num_batches: int, mesh, rules) -> dict:
     totals = None
     for _ in range(num_batches):
@@ -122,13 +138,19 @@ def evaluate(eval_fn, state, data, num_batches: int, mesh, rules) -> dict:
 
 
 def run(config, workdir: str | Path) -> dict:
-    """Pre-trains per ``config`` in ``workdir``; returns the last logged train/eval metrics."""
+    """Pre-trains per ``config`` in ``workdir``; returns the last logged train/eval metrics.
+    Configs with a ``task`` section (configs/glue.py, squad.py, ner.py) fine-tune instead
+    (`bert_jax.finetune.run`)."""
+    if "task" in config:
+        from bert_jax.finetune import run as finetune
+
+        return finetune(config, workdir)
     from input_pipeline import hide_accelerators_from_tf
 
     if config.get("multihost", False):
         jax.distributed.initialize()
     hide_accelerators_from_tf()
-    workdir = Path(workdir)
+    workdir = as_path(workdir)
     is_main = jax.process_index() == 0
     if is_main:
         workdir.mkdir(parents=True, exist_ok=True)
@@ -150,7 +172,11 @@ def run(config, workdir: str | Path) -> dict:
     ckpt = Checkpointer(workdir, keep=config.keep_checkpoints)
     if ckpt.latest_step() is not None:
         state, meta = ckpt.restore(target)
-        data.restore(meta["data"])
+        per_process = meta.get("data_per_process") or [meta["data"]]
+        if len(per_process) != jax.process_count():
+            raise ValueError(f"{ckpt.directory}: saved by {len(per_process)} processes, resumed by "
+                             f"{jax.process_count()}; the input position cannot be carried over")
+        data.restore(per_process[jax.process_index()])
         log.info("resumed from %s at step %d", ckpt.directory, int(state.step))
     elif config.get("init_checkpoint"):  # e.g. phase 2 continues phase 1's state on new data
         source = Checkpointer(config.init_checkpoint)
@@ -181,7 +207,9 @@ def run(config, workdir: str | Path) -> dict:
     pending, last = [], {}
 
     def save(step: int) -> None:
-        ckpt.save(step, state, {"data": data.state(), "step": step, "model": dataclasses.asdict(model_cfg)})
+        states = gather_data_states(data.state())
+        ckpt.save(step, state, {"data": states[0], "data_per_process": states, "step": step,
+                                "model": dataclasses.asdict(model_cfg)})
 
     try:
         while step < total:

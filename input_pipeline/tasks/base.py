@@ -1,0 +1,65 @@
+"""The contract between a fine-tuning task (GLUE, SQuAD, NER) and the fine-tuning loop.
+
+A task turns files (or a TFDS dataset) into *examples* (Python objects, kept for post-processing)
+and fixed-length *features* (numpy arrays, one row per model input; a SQuAD example can give several
+rows, one per window). The loop (`bert_jax.finetune`) trains on the features, runs the model over a
+split and hands the raw outputs back to the task, which turns them into metrics and prediction files.
+
+Feature arrays, all with N rows (DESIGN.md names):
+
+| key | shape | kinds |
+|---|---|---|
+| input_ids, input_mask, segment_ids | [N, L] int32 | all |
+| example_index | [N] int32 (row → index into the examples list) | all |
+| label | [N] int32 (classification) / float32 (regression) | classification, regression |
+| label_ids, label_mask | [N, L] int32 (label of each first sub-token; mask 1 there) | tagging |
+| start_positions, end_positions | [N] int32 (0 = [CLS]: no answer in this window) | span |
+
+Model outputs handed to `evaluate` / `write_predictions` (numpy, N rows in feature order):
+``{"logits": [N, C]}`` (classification), ``{"predictions": [N]}`` (regression),
+``{"logits": [N, L, C]}`` (tagging), ``{"start_logits": [N, L], "end_logits": [N, L]}`` (span).
+Test splits may have no labels; their label features are then zeros and `evaluate` is not called.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+KINDS = ("classification", "regression", "tagging", "span")
+FEATURE_KEYS = {
+    "classification": ("label",),
+    "regression": ("label",),
+    "tagging": ("label_ids", "label_mask"),
+    "span": ("start_positions", "end_positions"),
+}
+MODEL_KEYS = ("input_ids", "input_mask", "segment_ids")
+
+
+class TaskDataError(ValueError):
+    """A malformed task file: the message names the file, line and what was expected."""
+
+
+class Task(Protocol):
+    name: str  # e.g. "mrpc", "squad1.1", "conll2003"
+    kind: str  # one of KINDS
+    num_labels: int  # classes (1 for regression; 2 unused for span)
+    label_names: tuple[str, ...]  # class / tag names ((), for regression and span)
+    splits: tuple[str, ...]  # e.g. ("train", "dev", "test") or GLUE MNLI's ("train", "dev_matched", ...)
+    eval_splits: tuple[str, ...]  # the splits scored after training (e.g. ("dev",))
+
+    def load(self, split: str) -> list[Any]:
+        """The examples of a split; malformed rows reported (file:line) and skipped or fatal."""
+
+    def featurize(self, examples: list[Any], tokenizer, max_seq_length: int) -> dict[str, np.ndarray]:
+        """Examples → the feature arrays above (every array has the same N rows)."""
+
+    def evaluate(self, examples: list[Any], features: dict[str, np.ndarray],
+                 outputs: dict[str, np.ndarray]) -> dict[str, float]:
+        """Official metrics of this task on a labelled split."""
+
+    def write_predictions(self, examples: list[Any], features: dict[str, np.ndarray],
+                          outputs: dict[str, np.ndarray], out_dir: Path, split: str) -> list[Path]:
+        """Prediction files in the format users submit; returns their paths."""
