@@ -123,3 +123,28 @@ def test_every_config_builds_abstractly():
         assert abstract.params["bert"]["embeddings"]["word_embeddings"]["embedding"].shape[0] == 30522
     with pytest.raises(ValueError, match="phase=3"):
         load_config("pretrain", "phase=3")
+
+
+@pytest.mark.slow
+def test_train_py_runlocal_trains_checkpoints_and_resumes(tmp_path):
+    """The issue's command on the gensim Wikipedia excerpt (shortened): the loss falls, checkpoints
+    and TensorBoard events appear, and a second invocation resumes from the latest checkpoint."""
+    import subprocess
+    import sys
+
+    def train(steps):
+        cmd = [sys.executable, str(ROOT / "train.py"), "--config", "configs/pretrain.py:size=tiny,runlocal",
+               "--workdir", str(tmp_path), f"--config.num_train_steps={steps}", "--config.checkpoint_every=40",
+               "--config.eval_every=40"]
+        env = {**os.environ, "XLA_FLAGS": ""}
+        return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200, check=True)
+
+    train(80)
+    rows = read_metrics(tmp_path, "train")
+    assert rows[-1]["loss"] < rows[0]["loss"] - 1.0, [r["loss"] for r in rows]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit()) == ["40", "80"]
+    assert list((tmp_path / "tensorboard" / "train").glob("events.out.tfevents.*"))
+    assert list((tmp_path / "tensorboard" / "eval").glob("events.out.tfevents.*"))
+    second = train(100)
+    assert "resumed from" in second.stderr and "at step 80" in second.stderr
+    assert [r["step"] for r in read_metrics(tmp_path, "train")][-2:] == [80, 100]
