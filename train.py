@@ -4,6 +4,8 @@ r"""Pre-training and fine-tuning entry point: parses flags and calls ``bert_jax.
         [--config.num_train_steps=2000 ...]
 """
 
+import logging as pylogging
+
 from absl import app, flags, logging
 from ml_collections import config_flags
 
@@ -19,6 +21,9 @@ def main(argv):
     from bert_jax import trainer
 
     logging.set_verbosity(logging.INFO)
+    # Orbax logs ~50 INFO lines per checkpoint save; keep its warnings, drop the chatter.
+    logging.get_absl_handler().addFilter(
+        lambda r: r.levelno >= pylogging.WARNING or "orbax" not in r.pathname)
     trainer.run(FLAGS.config, FLAGS.workdir)
 
 

@@ -1,7 +1,8 @@
 r"""Fine-tuning on a GLUE task (Devlin et al., 2019, §4.1): batch 32, 3 epochs, lr from
 {5e-5, 4e-5, 3e-5, 2e-5} (pick on dev; default 2e-5), warmup 10%, length 128.
 
-Named arguments: ``task`` (cola | sst2 | mrpc | stsb | qqp | mnli | qnli | rte | wnli | ax),
+Named arguments: ``task`` (cola | sst2 | mrpc | stsb | qqp | mnli | qnli | rte | wnli; the AX
+diagnostic set is predicted by an MNLI run: ``--config.predict_splits='("test_matched","test_mismatched","ax")'``),
 ``size`` (from scratch only: tiny … large), ``lr``, ``runlocal`` (tiny model, 20 steps).
 
     python train.py --config configs/glue.py:task=mrpc --workdir /tmp/mrpc \
@@ -19,6 +20,10 @@ from bert_jax.finetune_config import base_config
 
 def get_config(arg=None):
     args = parse_arg(arg, task="mrpc", size="base", lr=2e-5, runlocal=False)
+    if args.task.lower() == "ax":
+        raise ValueError("task=ax: the GLUE diagnostic set has no training data; it is predicted with an MNLI "
+                         "classifier: task=mnli --config.predict_splits="
+                         "'(\"test_matched\",\"test_mismatched\",\"ax\")' (writes AX.tsv)")
     return base_config(dict(family="glue", name=args.task, source="", data_dir="", on_error="skip"),
                        size=args.size, max_seq_length=128, batch_size=32, epochs=3.0, learning_rate=args.lr,
                        runlocal=args.runlocal)

@@ -33,7 +33,7 @@ def small(c, vocab, steps=6):
 @pytest.fixture(scope="module")
 def conll(tmp_path_factory):
     d = tmp_path_factory.mktemp("conll")
-    (d / "train.txt").write_text("\n\n".join([VALID] * 6))  # 42 sentences
+    (d / "train.txt").write_text("\n\n".join([VALID] * 6))  # 24 sentences
     (d / "valid.txt").write_text(VALID)
     (d / "test.txt").write_text(VALID)
     return d
@@ -247,3 +247,8 @@ def test_configs_build_abstractly(name, arg):
     state = jax.eval_shape(lambda p: fs.new_state(p, tx), params.to_pure_dict())
     n = sum(x.size for x in jax.tree.leaves(state.params))
     assert n > (300e6 if c.model.size == "large" else 100e6)
+
+
+def test_glue_ax_is_predicted_by_mnli():
+    with pytest.raises(ValueError, match="task=mnli --config.predict_splits"):
+        load_config("glue", "task=ax")

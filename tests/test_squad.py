@@ -310,6 +310,28 @@ def test_files_match_official_cli(squad, tmp_path, capsys):
     assert printed == pytest.approx(task.evaluate(examples, f, outputs))
 
 
+def test_v2_scores_are_those_of_the_written_predictions(squad, tokenizer):
+    """A null threshold above the script's na_prob_thresh (1.0) must not turn answers into "no answer"
+    in exact/f1: they score predictions.json as written."""
+    task, data = squad
+    if task.version != "2.0":
+        pytest.skip("null odds are v2.0 only")
+    examples, f = data["dev"]
+    rng = np.random.default_rng(1)
+    outputs = {k: rng.normal(size=f["input_ids"].shape).astype(np.float32) for k in ("start_logits", "end_logits")}
+    for v in outputs.values():
+        v[:, 0] += 4.0  # [CLS]: null odds well above 1.0
+    loose = SquadTask("2.0", source={"dev": "unused"}, null_score_diff_threshold=1e8,
+                      doc_stride=STRIDE, max_query_length=QLEN)
+    loose.featurize(examples, tokenizer, L)
+    preds, _, odds = loose.predict(examples, f, outputs)
+    assert any(odds[q] > 1.0 and preds[q] for q in preds)  # answered, with null odds above 1.0
+    gold = {ex.qas_id: list(ex.answers) for ex in examples}
+    plain = sm.evaluate_v2(gold, preds)
+    metrics = loose.evaluate(examples, f, outputs)
+    assert {k: metrics[k] for k in plain} == pytest.approx(plain)
+
+
 def test_get_final_text():
     assert basic_tokenize("Café (Felis catus)\u00a0x\u200b!", True) == ["cafe", "(", "felis", "catus", ")", "x", "!"]
     assert basic_tokenize("Café", False) == ["Café"]

@@ -233,7 +233,8 @@ class GlueTask:
                            shuffle_files=False)
         except Exception as e:  # DatasetNotFoundError, unknown split or config, ...
             raise FileNotFoundError(f"{where}: cannot load ({e}); prepare it with `tfds build {self._tfds_name}` "
-                                    f"(data_dir={self.data_dir!r}) or pass a local GLUE directory") from e
+                                    f"(data_dir={self.data_dir!r}) or pass a local GLUE directory as the source "
+                                    f"(--config.task.source=DIR)") from e
         a_key, b_key, tfds_labels = self._spec.tfds
         labelled = not split.startswith("test")
         self.skipped[split] = 0

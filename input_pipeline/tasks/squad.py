@@ -187,7 +187,12 @@ class SquadTask:
         import tensorflow_datasets as tfds
 
         name = self.tfds_name
-        ds = tfds.load(name, split=_TFDS_SPLITS[split], data_dir=self.data_dir)
+        try:
+            ds = tfds.load(name, split=_TFDS_SPLITS[split], data_dir=self.data_dir, download=False)
+        except Exception as e:  # DatasetNotFoundError, unknown split or config, ...
+            raise FileNotFoundError(f"tfds:{name} {split}: cannot load ({e}); prepare it with `tfds build {name}` "
+                                    f"(data_dir={self.data_dir!r}) or pass a directory of the official JSON files "
+                                    f"(--config.task.source=DIR)") from e
         for ex in tfds.as_numpy(ds):
             qid = ex["id"].decode()
             answers = [{"text": t.decode(), "answer_start": int(s)}
@@ -263,7 +268,10 @@ class SquadTask:
         gold = {ex.qas_id: list(ex.answers) for ex in examples}
         if self.version == "1.1":
             return squad_metrics.evaluate_v1(gold, preds)
-        return {k: float(v) for k, v in squad_metrics.evaluate_v2(gold, preds, null_odds).items()}
+        # exact/f1 score predictions.json as written: the script's na_prob_thresh (1.0, meant for
+        # probabilities) would turn answers with null odds in (1.0, threshold] into "no answer".
+        out = squad_metrics.evaluate_v2(gold, preds, null_odds, na_prob_thresh=self.null_score_diff_threshold)
+        return {k: float(v) for k, v in out.items()}
 
     def write_predictions(self, examples, features, outputs, out_dir: Path, split: str) -> list[Path]:
         preds, nbest, null_odds = self.predict(examples, features, outputs)
