@@ -195,8 +195,13 @@ def run(config, workdir: str | Path) -> dict:
         in_shardings=(shardings, batch_sh, None), out_shardings=(shardings, None), donate_argnums=0)
     eval_fn = jax.jit(functools.partial(ts.eval_step, graphdef=graphdef),
                       in_shardings=(shardings, batch_sh), out_shardings=None)
-    eval_data = make_input(config, "eval", jax.process_index(), jax.process_count()) \
-        if config.eval_every and config.eval_steps else None
+    eval_data = None
+    if config.eval_every and config.eval_steps:
+        d = config.data
+        if d.kind == "synthetic" or d.eval_input or d.eval_fraction:
+            eval_data = make_input(config, "eval", jax.process_index(), jax.process_count())
+        else:
+            log.warning("no held-out data (set config.data.eval_input to held-out shards): evaluation is off")
 
     rng = jax.random.key(config.seed)
     writer = MetricWriter(workdir, enabled=is_main)

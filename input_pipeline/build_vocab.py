@@ -298,10 +298,11 @@ def main(argv) -> None:
 
     del argv
     f = flags.FLAGS
+    from bert_jax.package_data import resolve
     from input_pipeline import hide_accelerators_from_tf
 
     hide_accelerators_from_tf()
-    summary = train_vocab(f.input, f.output_dir, model_type=f.model_type, vocab_size=f.vocab_size,
+    summary = train_vocab(resolve(f.input), f.output_dir, model_type=f.model_type, vocab_size=f.vocab_size,
                           lower_case=f.lower_case, max_sentences=f.max_sentences, format=f.format,
                           seed=f.seed, character_coverage=f.character_coverage)
     print(summary)

@@ -41,6 +41,7 @@ import tensorflow as tf
 from absl import app, flags
 from tqdm.auto import tqdm
 
+from bert_jax.package_data import resolve
 from input_pipeline import examples, hide_accelerators_from_tf, pretraining, sources
 from input_pipeline.tokenizers import WordPieceTokenizer
 
@@ -318,9 +319,9 @@ def create_pretraining_data(input_spec, output_dir: str, tokenizer, *, num_worke
 
 _D = Settings()
 flags.DEFINE_string("input", None, "Source spec: files/globs/dirs (comma-separated), a Wikipedia "
-                    "dump (*.xml[.bz2]) or tfds:NAME[:SPLIT]; see input_pipeline.sources.")
+                    "dump (*.xml[.bz2]), tfds:NAME[:SPLIT] or pkg:wikipedia; see input_pipeline.sources.")
 flags.DEFINE_string("output", None, "Output directory for the shards, config.json, summary.json.")
-flags.DEFINE_string("vocab", None, "WordPiece vocab.txt.")
+flags.DEFINE_string("vocab", None, "WordPiece vocab.txt (or pkg:minilm/vocab.txt).")
 flags.DEFINE_enum("lower_case", "auto", ["auto", "true", "false"],
                   "Lower-case input (auto: from the vocabulary).")
 flags.DEFINE_integer("max_seq_length", _D.max_seq_length, "Examples are padded to this length.")
@@ -354,9 +355,9 @@ def main(argv) -> None:
     logging.getLogger().setLevel(logging.INFO)
     F = flags.FLAGS
     lower = {"auto": None, "true": True, "false": False}[F.lower_case]
-    tokenizer = WordPieceTokenizer(F.vocab, lower_case=lower)
+    tokenizer = WordPieceTokenizer(resolve(F.vocab), lower_case=lower)  # pkg:... → a local path
     names = [f.name for f in dataclasses.fields(Settings)]
-    summary = create_pretraining_data(F.input, F.output, tokenizer, num_workers=F.num_workers,
+    summary = create_pretraining_data(resolve(F.input), F.output, tokenizer, num_workers=F.num_workers,
                                       progress=F.progress, **{n: getattr(F, n) for n in names})
     keys = ("documents", "examples", "tokens", "masked_tokens", "skipped_input", "seconds",
             "examples_per_second", "tokens_per_second")

@@ -46,14 +46,22 @@ def _record_files(spec: str) -> list[str] | None:
 
 
 class PretrainingData:
-    """An iterator of numpy batches (DESIGN.md keys) with ``state()`` / ``restore(state)``."""
+    """An iterator of numpy batches (DESIGN.md keys) with ``state()`` / ``restore(state)``.
+
+    One tf.data iterator runs through ``EPOCHS_PER_ITERATOR`` epochs (each batch carries its
+    epoch): building an iterator traces and optimises the masking graph, ~2 s on 2 cores, which
+    must not be paid at every epoch boundary of a small corpus. ``make_epoch(epoch)`` gets the epoch
+    as a scalar int64 tensor and returns that epoch's records (or feature dicts) in file order.
+    """
+
+    EPOCHS_PER_ITERATOR = 100
 
     def __init__(self, make_epoch, *, batch_size: int, mask_cfg: masking.MaskingConfig | None,
                  continuation, seed: int, shuffle_buffer: int, parse=None):
         self._make_epoch, self.batch_size, self.mask_cfg, self._parse = make_epoch, batch_size, mask_cfg, parse
         self._continuation, self.seed, self.shuffle_buffer = continuation, seed, shuffle_buffer
         self.epoch, self.batch = 0, 0
-        self._it = None
+        self._it, self._it_end, self._it_batches = None, 0, 0
 
     def state(self) -> dict:
         return {"kind": "pretraining", "epoch": self.epoch, "batch": self.batch}
@@ -62,42 +70,56 @@ class PretrainingData:
         self.epoch, self.batch = int(state["epoch"]), int(state["batch"])
         self._it = None
 
-    def _dataset(self, epoch: int, skip_batches: int) -> tf.data.Dataset:
-        ds = self._make_epoch(epoch)  # records (or feature dicts) in this epoch's file order
+    def _one_epoch(self, epoch, skip_batches) -> tf.data.Dataset:
+        """(epoch, index [batch], records [batch]) of one epoch, the first ``skip_batches`` left out."""
+        ds = self._make_epoch(epoch)
         if self.shuffle_buffer > 1:
             ds = ds.shuffle(self.shuffle_buffer, seed=self.seed * 7919 + epoch, reshuffle_each_iteration=False)
         # Skip what was consumed before parsing and masking; index i keeps naming the same example.
         ds = ds.enumerate().skip(skip_batches * self.batch_size).batch(self.batch_size, drop_remainder=True)
-        cfg, cont, parse = self.mask_cfg, self._continuation, self._parse
+        return ds.map(lambda index, x: (epoch, index, x))
 
-        def prepare(index, x):  # index: [batch] int64
-            features = parse(x) if parse is not None else x
-            if cfg is not None:  # dynamic masking: row i gets example_seed(seed, epoch, i)
-                seeds = masking.example_seed(self.seed, epoch, index)  # [batch, 2]
-                ids = features["input_ids"]
-                features = masking.mask_example(features, seeds, cfg, cont(ids) if cfg.whole_word else None)
-            return features
-
-        ds = ds.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    def _dataset(self, epoch: int, skip_batches: int, num_epochs: int) -> tf.data.Dataset:
+        first = tf.constant(epoch, tf.int64)
+        ds = self._one_epoch(first, skip_batches)
+        if num_epochs > 1:
+            ds = ds.concatenate(tf.data.Dataset.range(epoch + 1, epoch + num_epochs).flat_map(
+                lambda e: self._one_epoch(e, 0)))
+        ds = ds.map(self._prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         return ds.prefetch(tf.data.AUTOTUNE)
+
+    def _prepare(self, epoch, index, x):
+        """epoch: scalar; index: [batch] int64 (position in the epoch); x: [batch] records or dict."""
+        features = self._parse(x) if self._parse is not None else x
+        cfg = self.mask_cfg
+        if cfg is not None:  # dynamic masking: row i gets example_seed(seed, epoch, i)
+            seeds = masking.example_seed(self.seed, epoch, index)  # [batch, 2]
+            ids = features["input_ids"]  # [batch, L]
+            features = masking.mask_example(features, seeds, cfg, self._continuation(ids) if cfg.whole_word else None)
+        return epoch, features
 
     def __iter__(self):
         return self
 
     def __next__(self) -> dict[str, np.ndarray]:
-        for _ in range(2):  # at most one epoch boundary per call
+        while True:
             if self._it is None:
-                self._it = iter(self._dataset(self.epoch, self.batch))
+                n = self.EPOCHS_PER_ITERATOR
+                self._it = iter(self._dataset(self.epoch, self.batch, n))
+                self._it_end, self._it_batches = self.epoch + n, 0
             try:
-                batch = next(self._it)
+                epoch, batch = next(self._it)
+                break
             except StopIteration:
-                if self.batch == 0:
+                if self._it_batches == 0 and self.batch == 0:
                     raise ValueError(f"not enough examples for one batch of {self.batch_size} per process") from None
-                self.epoch, self.batch, self._it = self.epoch + 1, 0, None
-                continue
-            self.batch += 1
-            return {k: v.numpy() for k, v in batch.items()}
-        raise RuntimeError("unreachable")
+                self.epoch, self.batch, self._it = self._it_end, 0, None
+        epoch = int(epoch)
+        if epoch != self.epoch:
+            self.epoch, self.batch = epoch, 0
+        self.batch += 1
+        self._it_batches += 1
+        return {k: v.numpy() for k, v in batch.items()}
 
 
 def _in_memory_examples(spec: str, tokenizer, d, split: str, objective: str) -> dict[str, np.ndarray]:
@@ -135,16 +157,20 @@ def make_pretraining_dataset(config, *, split: str = "train", batch_size: int, p
     files = _record_files(spec)
     seed = d.seed + (10_007 if split == "eval" else 0)
     if files is not None:
+        if split == "eval" and not d.eval_input:  # eval_fraction holds out documents of text input only
+            raise ValueError(f"config.data.eval_fraction={d.eval_fraction} cannot split TFRecord shards "
+                             f"({spec}): set config.data.eval_input to held-out shards, or eval_every=0")
         mine = files[process_index::process_count]
         if not mine:
             raise ValueError(f"{len(files)} TFRecord files cannot feed {process_count} processes")
-        _check_shapes(files[0], d)
         p = None if d.masking == "dynamic" else d.max_predictions_per_seq
         compression = "GZIP" if mine[0].endswith(".gz") else None
+        _check_shapes(files[0], d, "GZIP" if files[0].endswith(".gz") else None)
 
-        def make_epoch(epoch: int) -> tf.data.Dataset:
-            order = np.random.default_rng([seed, epoch]).permutation(len(mine))
-            return tf.data.TFRecordDataset([mine[i] for i in order], compression_type=compression)
+        def make_epoch(epoch: tf.Tensor) -> tf.data.Dataset:  # epoch: scalar int64
+            order = tf.numpy_function(lambda e: np.random.default_rng([seed, int(e)]).permutation(len(mine)),
+                                      [epoch], tf.int64, stateful=False)
+            return tf.data.TFRecordDataset(tf.gather(tf.constant(mine), order), compression_type=compression)
 
         def parse(records):  # [batch] serialized tf.train.Example
             return pretraining.parse_examples(records, d.max_seq_length, p)
@@ -159,20 +185,47 @@ def make_pretraining_dataset(config, *, split: str = "train", batch_size: int, p
                                              whole_word=d.whole_word_mask)
             rows = pretraining.mask_features(rows, tokenizer, cfg, seed=seed)
 
-        def make_epoch(epoch: int) -> tf.data.Dataset:
+        def make_epoch(epoch: tf.Tensor) -> tf.data.Dataset:
             return tf.data.Dataset.from_tensor_slices(rows)
         parse = None
     return PretrainingData(make_epoch, batch_size=batch_size, mask_cfg=mask_cfg, parse=parse,
                            continuation=tokenizer.is_continuation, seed=seed, shuffle_buffer=d.shuffle_buffer)
 
 
-def _check_shapes(first_file: str, d) -> None:
-    """A data directory's config.json must agree with the training config's lengths."""
+def _check_shapes(first_file: str, d, compression: str | None = None) -> None:
+    """The shards must agree with the training config: lengths and masked-or-not, from the data
+    directory's config.json when there is one, then from the first record (Google's files)."""
+    static = d.masking == "static"
     meta = first_file.rsplit("/", 1)[0] + "/config.json"
-    if not tf.io.gfile.exists(meta):
+    if tf.io.gfile.exists(meta):
+        with tf.io.gfile.GFile(meta) as f:
+            written = json.load(f)
+        for key in ("max_seq_length", "max_predictions_per_seq"):
+            if key in written and written[key] != d[key] and (key != "max_predictions_per_seq" or static):
+                raise ValueError(f"{meta}: {key}={written[key]} but config.data.{key}={d[key]}")
+        if "masked" in written and bool(written["masked"]) != static:
+            raise ValueError(_masking_mismatch(meta, f'"masked": {str(written["masked"]).lower()}', d.masking))
+    record = next(iter(tf.data.TFRecordDataset(first_file, compression_type=compression).take(1)), None)
+    if record is None:
         return
-    with tf.io.gfile.GFile(meta) as f:
-        written = json.load(f)
-    for key in ("max_seq_length", "max_predictions_per_seq"):
-        if key in written and written[key] != d[key] and (key != "max_predictions_per_seq" or d.masking == "static"):
-            raise ValueError(f"{meta}: {key}={written[key]} but config.data.{key}={d[key]}")
+    features = tf.train.Example.FromString(record.numpy()).features.feature
+    length = len(features["input_ids"].int64_list.value) if "input_ids" in features else None
+    if length != d.max_seq_length:
+        raise ValueError(f"{first_file}: first record has {length} input_ids, expected "
+                         f"config.data.max_seq_length={d.max_seq_length} (a pre-training TFRecord?)")
+    if ("masked_lm_positions" in features) != static:
+        masked = "masked_lm_positions" in features
+        raise ValueError(_masking_mismatch(first_file, f"first record {'has' if masked else 'lacks'} "
+                                           "masked_lm_positions", d.masking))
+    p = len(features["masked_lm_positions"].int64_list.value) if static else d.max_predictions_per_seq
+    if p != d.max_predictions_per_seq:
+        raise ValueError(f"{first_file}: {p} masked_lm_positions per record but "
+                         f"config.data.max_predictions_per_seq={d.max_predictions_per_seq}")
+
+
+def _masking_mismatch(where: str, evidence: str, masking_mode: str) -> str:
+    if masking_mode == "static":
+        return (f"{where}: the shards are unmasked ({evidence}) but config.data.masking='static' reads "
+                f"pre-masked shards; set --config.data.masking=dynamic, or rebuild them with --masking static")
+    return (f"{where}: the shards are already masked ({evidence}) and config.data.masking='dynamic' would "
+            f"mask them again; set --config.data.masking=static, or rebuild them with --masking none")
