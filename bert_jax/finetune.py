@@ -33,7 +33,7 @@ from flax import nnx
 from bert_jax import finetune_eval as fe
 from bert_jax import finetune_step as fs
 from bert_jax import sharding as sh
-from bert_jax.checkpoints import Checkpointer, abstract_target, as_path
+from bert_jax.checkpoints import Checkpointer, abstract_target
 from bert_jax.config import BertConfig
 from bert_jax.metric_writer import MetricWriter
 from bert_jax.optim import make_optimizer
@@ -189,19 +189,12 @@ def _summary(per_seed: list[dict]) -> dict:
 def run(config, workdir: str | Path) -> dict:
     """Fine-tunes per ``config`` (one run per seed); returns and writes ``results.json``."""
     from bert_jax.package_data import resolve
+    from bert_jax.trainer import start_job
     from bert_jax.warm_start import open_init_checkpoint
-    from input_pipeline import hide_accelerators_from_tf
     from input_pipeline.tasks import make_task
     from input_pipeline.tokenizer_factory import load_tokenizer
 
-    if config.get("multihost", False):
-        jax.distributed.initialize()
-    hide_accelerators_from_tf()
-    workdir = as_path(workdir)
-    is_main = jax.process_index() == 0
-    if is_main:
-        workdir.mkdir(parents=True, exist_ok=True)
-        (workdir / "config.json").write_text(config.to_json_best_effort(indent=2) + "\n")
+    workdir, is_main = start_job(config, workdir)
     task = make_task(config.task)
     warm = open_init_checkpoint(config.init_checkpoint) if config.init_checkpoint else None
     vocab = config.vocab or (warm.vocab_file if warm is not None else None)

@@ -22,7 +22,7 @@ from flax import nnx
 from bert_jax import sharding as sh
 from bert_jax.config import BertConfig
 from bert_jax.models import BertClassifier, BertForQuestionAnswering, BertTagger
-from bert_jax.train_step import TrainState
+from bert_jax.train_step import TrainState, apply_gradients
 
 KINDS = ("classification", "regression", "tagging", "span")
 
@@ -113,12 +113,7 @@ def train_step(state: TrainState, batch: dict, rng: jax.Array, *, graphdef, tx, 
     """One optimizer step on the mean loss of the batch's real rows; dropout key = rng ⊕ step."""
     rng = jax.random.fold_in(rng, state.step)
     grads, sums = jax.grad(_loss, has_aux=True)(state.params, graphdef, batch, rng, kind)
-    updates, opt_state = tx.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
-    metrics = summarize(sums)
-    metrics.update(learning_rate=schedule(state.step), grad_norm=optax.global_norm(grads),
-                   param_norm=optax.global_norm(params))
-    return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
+    return apply_gradients(state, grads, tx, schedule, summarize(sums))
 
 
 def eval_step(params: dict, batch: dict, *, graphdef, kind: str) -> tuple[dict, dict]:

@@ -128,10 +128,15 @@ def train_step(state: TrainState, batch: dict, rng: jax.Array, *, graphdef, tx, 
         (grads, sums), _ = jax.lax.scan(body, zeros, (jnp.arange(accumulation_steps), micro))
         grads = jax.tree.map(lambda g: g / accumulation_steps, grads)
 
+    return apply_gradients(state, grads, tx, schedule, summarize(sums))
+
+
+def apply_gradients(state: TrainState, grads, tx, schedule, metrics: dict) -> tuple[TrainState, dict]:
+    """The optimizer update, shared by pre-training and fine-tuning; adds the learning rate and the
+    gradient and parameter norms to ``metrics``."""
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    metrics = summarize(sums)
-    metrics.update(learning_rate=schedule(state.step), grad_norm=optax.global_norm(grads),
+    metrics = dict(metrics, learning_rate=schedule(state.step), grad_norm=optax.global_norm(grads),
                    param_norm=optax.global_norm(params))
     return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 

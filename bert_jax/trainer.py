@@ -137,14 +137,9 @@ def evaluate(eval_fn, state, data, num_batches: int, mesh, rules) -> dict:
     return {k: float(v) for k, v in ts.summarize(jax.device_get(totals)).items()}
 
 
-def run(config, workdir: str | Path) -> dict:
-    """Pre-trains per ``config`` in ``workdir``; returns the last logged train/eval metrics.
-    Configs with a ``task`` section (configs/glue.py, squad.py, ner.py) fine-tune instead
-    (`bert_jax.finetune.run`)."""
-    if "task" in config:
-        from bert_jax.finetune import run as finetune
-
-        return finetune(config, workdir)
+def start_job(config, workdir: str | Path):
+    """Shared start of every job: multi-host initialisation, TensorFlow kept off accelerators,
+    ``config.json`` written by process 0. Returns (workdir as a path, is process 0)."""
     from input_pipeline import hide_accelerators_from_tf
 
     if config.get("multihost", False):
@@ -155,7 +150,18 @@ def run(config, workdir: str | Path) -> dict:
     if is_main:
         workdir.mkdir(parents=True, exist_ok=True)
         (workdir / "config.json").write_text(config.to_json_best_effort(indent=2) + "\n")
+    return workdir, is_main
 
+
+def run(config, workdir: str | Path) -> dict:
+    """Pre-trains per ``config`` in ``workdir``; returns the last logged train/eval metrics.
+    Configs with a ``task`` section (configs/glue.py, squad.py, ner.py) fine-tune instead
+    (`bert_jax.finetune.run`)."""
+    if "task" in config:
+        from bert_jax.finetune import run as finetune
+
+        return finetune(config, workdir)
+    workdir, is_main = start_job(config, workdir)
     model_cfg = model_config(config, vocab_size_of(config))
     # Accumulation is a lax.scan inside train_step (one call = one optimizer step), not MultiSteps.
     accumulation_steps = config.optimizer.accumulation_steps
