@@ -25,15 +25,6 @@ from pathlib import Path
 import numpy as np
 from absl import app, flags, logging
 
-FLAGS = flags.FLAGS
-flags.DEFINE_string("init", None, "checkpoint: hf:DIR, tf:PREFIX or orbax:DIR", required=True)
-flags.DEFINE_string("input", None, "text file: one input per line, or 'a ||| b' pairs", required=True)
-flags.DEFINE_string("output", None, "output file: *.jsonl (original layout) or *.npz", required=True)
-flags.DEFINE_list("layers", ["-1", "-2", "-3", "-4"], "layers to output; 0 = embeddings, -1 = last")
-flags.DEFINE_integer("max_seq_length", None, "truncate/pad to this length (default: longest input)")
-flags.DEFINE_integer("batch_size", 32, "inputs per forward pass")
-flags.DEFINE_string("vocab", None, "vocab.txt (default: the one beside the checkpoint)")
-
 
 def read_inputs(path: str | Path) -> list[tuple[str, str | None]]:
     """Lines of ``path`` as (text_a, text_b or None); bad UTF-8 names the line."""
@@ -180,20 +171,33 @@ def run(init: str, input_path, output_path, *, layers=(-1, -2, -3, -4), max_seq_
             "output": str(output_path)}
 
 
-def main(argv):
+def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
+    """Defines the command-line flags on `fv` (only when run as a program: no import-time flags)."""
+    kw = {"flag_values": fv}
+    flags.DEFINE_string("init", None, "checkpoint: hf:DIR, tf:PREFIX or orbax:DIR", required=True, **kw)
+    flags.DEFINE_string("input", None, "text file: one input per line, or 'a ||| b' pairs", required=True, **kw)
+    flags.DEFINE_string("output", None, "output file: *.jsonl (original layout) or *.npz", required=True, **kw)
+    flags.DEFINE_list("layers", ["-1", "-2", "-3", "-4"], "layers to output; 0 = embeddings, -1 = last", **kw)
+    flags.DEFINE_integer("max_seq_length", None, "truncate/pad to this length (default: longest input)", **kw)
+    flags.DEFINE_integer("batch_size", 32, "inputs per forward pass", **kw)
+    flags.DEFINE_string("vocab", None, "vocab.txt (default: the one beside the checkpoint)", **kw)
+
+
+def main(argv, fv: flags.FlagValues = flags.FLAGS):
     del argv
     from input_pipeline import hide_accelerators_from_tf
 
     hide_accelerators_from_tf()
     try:
-        layers = [int(k) for k in FLAGS.layers]
+        layers = [int(k) for k in fv.layers]
     except ValueError as e:
-        raise app.UsageError(f"--layers must be integers, got {FLAGS.layers}") from e
-    summary = run(FLAGS.init, FLAGS.input, FLAGS.output, layers=layers,
-                  max_seq_length=FLAGS.max_seq_length, batch_size=FLAGS.batch_size, vocab=FLAGS.vocab)
+        raise app.UsageError(f"--layers must be integers, got {fv.layers}") from e
+    summary = run(fv.init, fv.input, fv.output, layers=layers,
+                  max_seq_length=fv.max_seq_length, batch_size=fv.batch_size, vocab=fv.vocab)
     logging.info("wrote %s", summary)
     print(json.dumps(summary))
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)

@@ -317,43 +317,47 @@ def create_pretraining_data(input_spec, output_dir: str, tokenizer, *, num_worke
 
 # --- command line ------------------------------------------------------------------------------
 
-_D = Settings()
-flags.DEFINE_string("input", None, "Source spec: files/globs/dirs (comma-separated), a Wikipedia "
-                    "dump (*.xml[.bz2]), tfds:NAME[:SPLIT] or pkg:wikipedia; see input_pipeline.sources.")
-flags.DEFINE_string("output", None, "Output directory for the shards, config.json, summary.json.")
-flags.DEFINE_string("vocab", None, "WordPiece vocab.txt (or pkg:minilm/vocab.txt).")
-flags.DEFINE_enum("lower_case", "auto", ["auto", "true", "false"],
-                  "Lower-case input (auto: from the vocabulary).")
-flags.DEFINE_integer("max_seq_length", _D.max_seq_length, "Examples are padded to this length.")
-flags.DEFINE_integer("max_predictions_per_seq", _D.max_predictions_per_seq,
-                     "Masked positions per example (P).")
-flags.DEFINE_float("masked_lm_prob", _D.masked_lm_prob, "Fraction of tokens to mask.")
-flags.DEFINE_integer("dupe_factor", _D.dupe_factor,
-                     "Passes over the corpus (different instances and masks each).")
-flags.DEFINE_enum("objective", _D.objective, list(examples.OBJECTIVES),
-                  "nsp (BERT), sop (ALBERT) or none (packed single segments, RoBERTa).")
-flags.DEFINE_enum("packing", _D.packing, list(examples.PACKINGS),
-                  "With --objective none: full = FULL-SENTENCES, doc = DOC-SENTENCES.")
-flags.DEFINE_bool("whole_word_mask", _D.whole_word_mask, "Mask whole words.")
-flags.DEFINE_float("short_seq_prob", _D.short_seq_prob, "Probability of a shorter target length.")
-flags.DEFINE_integer("random_seed", _D.random_seed, "Seed for instances and masks.")
-flags.DEFINE_integer("num_shards", _D.num_shards, "Output files.")
-flags.DEFINE_integer("num_workers", 1, "Worker processes (the output does not depend on it).")
-flags.DEFINE_enum("masking", _D.masking, ["static", "none"],
-                  "static: write masked examples; none: unmasked, for dynamic masking.")
-flags.DEFINE_enum("format", _D.format, list(sources.FORMATS), "Text file layout.")
-flags.DEFINE_enum("on_error", _D.on_error, ["skip", "raise"], "Bad input: skip (counted) or raise.")
-flags.DEFINE_enum("compression", _D.compression, list(COMPRESSIONS), "Shard compression.")
-flags.DEFINE_string("text_field", _D.text_field, "Text feature of a tfds: source.")
-flags.DEFINE_integer("max_documents_per_file", None, "Only the first N documents of each file.")
-flags.DEFINE_bool("progress", True, "Show progress bars.")
+def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
+    """Defines the command-line flags on `fv` (only when run as a program: no import-time flags)."""
+    _D = Settings()
+    flags.DEFINE_string("input", None, "Source spec: files/globs/dirs (comma-separated), a Wikipedia dump "
+                        "(*.xml[.bz2]), tfds:NAME[:SPLIT] or pkg:wikipedia; see input_pipeline.sources.",
+                        flag_values=fv)
+    flags.DEFINE_string("output", None, "Output directory for the shards, config.json, summary.json.", flag_values=fv)
+    flags.DEFINE_string("vocab", None, "WordPiece vocab.txt (or pkg:minilm/vocab.txt).", flag_values=fv)
+    flags.DEFINE_enum("lower_case", "auto", ["auto", "true", "false"],
+                      "Lower-case input (auto: from the vocabulary).", flag_values=fv)
+    flags.DEFINE_integer("max_seq_length", _D.max_seq_length, "Examples are padded to this length.", flag_values=fv)
+    flags.DEFINE_integer("max_predictions_per_seq", _D.max_predictions_per_seq,
+                         "Masked positions per example (P).", flag_values=fv)
+    flags.DEFINE_float("masked_lm_prob", _D.masked_lm_prob, "Fraction of tokens to mask.", flag_values=fv)
+    flags.DEFINE_integer("dupe_factor", _D.dupe_factor,
+                         "Passes over the corpus (different instances and masks each).", flag_values=fv)
+    flags.DEFINE_enum("objective", _D.objective, list(examples.OBJECTIVES),
+                      "nsp (BERT), sop (ALBERT) or none (packed single segments, RoBERTa).", flag_values=fv)
+    flags.DEFINE_enum("packing", _D.packing, list(examples.PACKINGS),
+                      "With --objective none: full = FULL-SENTENCES, doc = DOC-SENTENCES.", flag_values=fv)
+    flags.DEFINE_bool("whole_word_mask", _D.whole_word_mask, "Mask whole words.", flag_values=fv)
+    flags.DEFINE_float("short_seq_prob", _D.short_seq_prob, "Probability of a shorter target length.", flag_values=fv)
+    flags.DEFINE_integer("random_seed", _D.random_seed, "Seed for instances and masks.", flag_values=fv)
+    flags.DEFINE_integer("num_shards", _D.num_shards, "Output files.", flag_values=fv)
+    flags.DEFINE_integer("num_workers", 1, "Worker processes (the output does not depend on it).", flag_values=fv)
+    flags.DEFINE_enum("masking", _D.masking, ["static", "none"],
+                      "static: write masked examples; none: unmasked, for dynamic masking.", flag_values=fv)
+    flags.DEFINE_enum("format", _D.format, list(sources.FORMATS), "Text file layout.", flag_values=fv)
+    flags.DEFINE_enum("on_error", _D.on_error, ["skip", "raise"], "Bad input: skip (counted) or raise.", flag_values=fv)
+    flags.DEFINE_enum("compression", _D.compression, list(COMPRESSIONS), "Shard compression.", flag_values=fv)
+    flags.DEFINE_string("text_field", _D.text_field, "Text feature of a tfds: source.", flag_values=fv)
+    flags.DEFINE_integer("max_documents_per_file", None, "Only the first N documents of each file.", flag_values=fv)
+    flags.DEFINE_bool("progress", True, "Show progress bars.", flag_values=fv)
+    flags.mark_flags_as_required(["input", "output", "vocab"], flag_values=fv)
 
 
-def main(argv) -> None:
+def main(argv, fv: flags.FlagValues = flags.FLAGS) -> None:
     del argv
     hide_accelerators_from_tf()
     logging.getLogger().setLevel(logging.INFO)
-    F = flags.FLAGS
+    F = fv
     lower = {"auto": None, "true": True, "false": False}[F.lower_case]
     tokenizer = WordPieceTokenizer(resolve(F.vocab), lower_case=lower)  # pkg:... → a local path
     names = [f.name for f in dataclasses.fields(Settings)]
@@ -365,5 +369,5 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-    flags.mark_flags_as_required(["input", "output", "vocab"])
+    define_flags()
     app.run(main)

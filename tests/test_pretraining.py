@@ -361,11 +361,10 @@ def test_cli(tiny_tok, tmp_path):
     argv = ["prog", f"--input={tmp_path}/part-0.txt,{tmp_path}/part-1.txt", f"--vocab={tiny_tok.vocab_file}",
             f"--output={tmp_path / 'out'}", "--max_seq_length=32", "--dupe_factor=1",
             "--objective=none", "--packing=full", "--num_shards=2", "--noprogress"]
-    cpd.flags.FLAGS(argv)
-    try:
-        cpd.main([])
-    finally:
-        cpd.flags.FLAGS.unparse_flags()
+    fv = cpd.flags.FlagValues()  # a fresh set: the module defines no flags at import
+    cpd.define_flags(fv)
+    fv(argv)
+    cpd.main([], fv)
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["documents"] == 8 and summary["examples"] > 0 and summary["masked_tokens"] > 0
 
