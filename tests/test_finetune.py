@@ -39,6 +39,7 @@ def conll(tmp_path_factory):
     return d
 
 
+@pytest.mark.slow  # ~60 s; NER training is also covered by test_ner_from_hf_checkpoint
 def test_ner_end_to_end_and_resume(conll, minilm_dir, tmp_path):
     c = small(load_config("ner", "runlocal"), minilm_dir / "vocab.txt")
     c.task.source = str(conll)
@@ -54,6 +55,7 @@ def test_ner_end_to_end_and_resume(conll, minilm_dir, tmp_path):
     assert [r["step"] for r in read_metrics(tmp_path, "dev")] == [6]
 
 
+@pytest.mark.slow  # ~70 s; exact resume is also covered by tests/test_trainer.py::test_resume_is_exact
 def test_ner_preempted_run_resumes_exactly(conll, minilm_dir, tmp_path, monkeypatch):
     """SIGTERM at step 5 saves a checkpoint and exits; re-running finishes the same 9 steps as a
     straight run, with identical parameters."""

@@ -1,10 +1,11 @@
 """Fine-tuning tasks: GLUE (`glue.GlueTask`), SQuAD (`squad.SquadTask`), CoNLL-2003 NER
-(`ner.NerTask`), all implementing `base.Task`. `make_task(config.task)` builds one from a config's
-``task`` section (``family`` = glue | squad | ner; see configs/glue.py, squad.py, ner.py)."""
+(`ner.NerTask`), sentence sentiment (`sentiment.SentimentTask`, the demo's movie reviews), all
+implementing `base.Task`. `make_task(config.task)` builds one from a config's ``task`` section
+(``family`` = glue | squad | ner | sentiment; see configs/glue.py, squad.py, ner.py, sentiment.py)."""
 
 from __future__ import annotations
 
-FAMILIES = ("glue", "squad", "ner")
+FAMILIES = ("glue", "squad", "ner", "sentiment")
 
 
 def make_task(task_config):
@@ -28,4 +29,8 @@ def make_task(task_config):
         if isinstance(labels, str):
             labels = tuple(x for x in labels.split(",") if x) or None
         return NerTask(source, data_dir=data_dir, label_names=labels, **t)
+    if family == "sentiment":
+        from input_pipeline.tasks.sentiment import SentimentTask
+
+        return SentimentTask(source, **t)
     raise ValueError(f"config.task.family={family!r}: expected one of {FAMILIES}")

@@ -1,0 +1,269 @@
+"""Binary sentiment classification of single sentences (the ``make demo`` fine-tuning task) as a `Task`.
+
+Sources (``SentimentTask(source)``):
+
+* ``""`` or ``pkg:movie_reviews``: the 10,605 movie-review sentences with human sentiment scores of
+  Hutto & Gilbert (ICWSM 2014), ``movieReviewSnippets_GroundTruth.txt`` from the ``vaderSentiment``
+  3.3.2 source distribution (MIT; fetched by `bert_jax.package_data`);
+* a file of the user's in either format below, auto-detected from its first data line;
+* a directory holding ``train.tsv`` and ``dev.tsv`` (optionally ``test.tsv``) in either format:
+  those are the splits, used as they are.
+
+Formats (tab-separated, UTF-8, ``\\n`` or ``\\r\\n`` line ends, blank lines ignored):
+
+* snippets: ``id<TAB>score<TAB>text``; label = sign of the score (``score > 0`` positive,
+  ``< 0`` negative); sentences scored exactly 0 have no label and are dropped (37 in the review file);
+* labelled: ``label<TAB>text`` with label ``0``/``1``, ``neg``/``pos`` or ``negative``/``positive``
+  (any case); an optional header line whose first field is ``label`` is skipped.
+
+Split of a single file (fixed, no randomness): data line k (k = 1, 2, ... counting non-blank lines
+after any header) goes to ``dev`` when k is a multiple of ``dev_every`` (default 10), else to
+``train``; zero-score rows are dropped after the split. For the review file, whose ids are its line
+numbers, that is ``id % 10 == 0``: 9,514 train and 1,054 dev sentences (533 positive, 521 negative:
+always answering "positive" scores 0.506 on dev).
+
+The training examples come back in a fixed shuffled order (numpy ``default_rng(0)`` permutation):
+the review file lists ~5.3k mostly positive sentences before ~5.3k mostly negative ones (the order
+of Pang & Lee's polarity data), so the first N of the file order, which ``max_train_examples``
+keeps, would be nearly all positive. The dev split stays in file order.
+
+A line with the wrong number of fields, an unparseable score, an unknown label, an empty text or
+invalid UTF-8 is malformed: reported as ``file:line``, counted in ``skipped[split]`` and skipped with a
+warning (``on_error="skip"``), or raised as `TaskDataError` (``on_error="raise"``). Features are
+``[CLS] text [SEP]``, truncated to ``max_seq_length``; the metric is accuracy. Predictions are written
+as ``<split>_sentiment.tsv``: ``id, prediction, p_positive, label, text`` under that header.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+from input_pipeline.tasks.base import TaskDataError
+
+log = logging.getLogger(__name__)
+
+LABEL_NAMES = ("negative", "positive")
+_LABELS = {"0": 0, "1": 1, "neg": 0, "pos": 1, "negative": 0, "positive": 1}
+TRAIN_ORDER_SEED = 0
+_MAX_REPORTED = 5  # malformed lines logged one by one; the rest only counted
+_TOKENIZE_BATCH = 8192
+
+
+@dataclasses.dataclass(frozen=True)
+class SentimentExample:
+    id: str  # the snippet file's id field, else the example's line number in its file
+    text: str
+    label: int | None  # 0 negative, 1 positive; None for an unlabelled (test) split
+
+
+class SentimentTask:
+    """Two-class sentence sentiment; see the module docstring. ``skipped[split]``: malformed lines."""
+
+    kind = "classification"
+    num_labels = 2
+    label_names = LABEL_NAMES
+    eval_splits = ("dev",)
+
+    def __init__(self, source: str = "", *, dev_every: int = 10, on_error: str = "skip",
+                 name: str = "sentiment"):
+        if on_error not in ("skip", "raise"):
+            raise ValueError(f"on_error must be 'skip' or 'raise', got {on_error!r}")
+        if dev_every < 2:
+            raise ValueError(f"dev_every must be at least 2, got {dev_every}")
+        self.name, self.on_error, self.dev_every = name, on_error, int(dev_every)
+        self.source = source.strip() or "pkg:movie_reviews"
+        self.skipped: dict[str, int] = {}
+        self._files: dict[str, str] | None = None  # split -> file (directory sources)
+        self._single: str | None = None  # the file a single-file source splits
+        self.splits = ("train", "dev")
+
+    def __repr__(self) -> str:
+        return f"SentimentTask({self.source!r})"
+
+    def _resolve(self) -> None:
+        if self._files is not None or self._single is not None:
+            return
+        from bert_jax.package_data import resolve
+
+        path = resolve(self.source)
+        if tf.io.gfile.isdir(path):
+            files = {s: os.path.join(path, f"{s}.tsv") for s in ("train", "dev", "test")}
+            missing = [f for s, f in files.items() if s != "test" and not tf.io.gfile.exists(f)]
+            if missing:
+                raise FileNotFoundError(f"sentiment source {path} is a directory without {missing}; expected "
+                                        f"train.tsv and dev.tsv (label<TAB>text or id<TAB>score<TAB>text)")
+            if tf.io.gfile.exists(files["test"]):
+                self.splits = ("train", "dev", "test")
+            self._files = {s: f for s, f in files.items() if s in self.splits}
+        elif tf.io.gfile.exists(path):
+            self._single = path
+        else:
+            raise FileNotFoundError(f"sentiment source {path!r} does not exist (expected a file of "
+                                    f"label<TAB>text or id<TAB>score<TAB>text lines, or a directory with "
+                                    f"train.tsv and dev.tsv)")
+
+    # ------------------------------------------------------------------ loading
+
+    def load(self, split: str) -> list[SentimentExample]:
+        self._resolve()
+        if split not in self.splits:
+            raise ValueError(f"{self.name}: no split {split!r}; expected one of {self.splits}")
+        self.skipped[split] = 0
+        if self._files is not None:
+            rows = self._read(self._files[split], split, lambda k: True)
+        else:
+            rows = self._read(self._single, split, lambda k: (k % self.dev_every == 0) == (split == "dev"))
+        examples = [ex for ex in rows if ex.label is not None or split == "test"]
+        if not examples:
+            raise TaskDataError(f"{self.name} {split}: no usable examples in {self._files or self._single}")
+        if split == "train":  # a fixed shuffle: the first N are a fair sample (max_train_examples)
+            examples = [examples[i] for i in np.random.default_rng(TRAIN_ORDER_SEED).permutation(len(examples))]
+        return examples
+
+    def _bad(self, split: str, where: str, what: str) -> None:
+        if self.on_error == "raise":
+            raise TaskDataError(f"{where}: {what}")
+        self.skipped[split] += 1
+        if self.skipped[split] <= _MAX_REPORTED:
+            log.warning("%s: %s (skipped)", where, what)
+
+    def _read(self, path: str, split: str, mine) -> list[SentimentExample]:
+        """The well-formed data lines k (counted from 1) with ``mine(k)`` true; malformed ones among
+        them are reported. Zero-score snippets come back with ``label=None``."""
+        with tf.io.gfile.GFile(path, "rb") as f:
+            raw_lines = f.read().split(b"\n")
+        fmt, out, k = None, [], 0
+        for number, raw in enumerate(raw_lines, 1):
+            where = f"{path}:{number}"
+            try:
+                line = raw.decode("utf-8").rstrip("\r")
+            except UnicodeDecodeError:
+                k += 1
+                if mine(k):
+                    self._bad(split, where, "not valid UTF-8")
+                continue
+            if not line.strip():
+                continue
+            if fmt is None:
+                fmt = _detect_format(line.split("\t"), where)
+                if fmt == "labelled" and line.split("\t")[0].strip().lower() == "label":
+                    continue  # header
+            k += 1
+            if not mine(k):
+                continue
+            expected = 3 if fmt == "snippets" else 2
+            fields = line.split("\t", expected - 1)  # the text may hold tabs
+            if len(fields) != expected:
+                self._bad(split, where, f"{len(fields)} tab-separated field(s), expected {expected} "
+                                        f"({'id, score, text' if fmt == 'snippets' else 'label, text'})")
+                continue
+            text = fields[-1].strip()
+            if not text:
+                self._bad(split, where, "empty text")
+                continue
+            if fmt == "snippets":
+                try:
+                    score = float(fields[1])
+                except ValueError:
+                    score = math.nan
+                if not math.isfinite(score):
+                    self._bad(split, where, f"score {fields[1]!r} is not a finite number")
+                    continue
+                label = None if score == 0 else int(score > 0)
+                out.append(SentimentExample(fields[0].strip(), text, label))
+            else:
+                value = fields[0].strip().lower()
+                if value not in _LABELS and not (split == "test" and value == ""):
+                    self._bad(split, where, f"unknown label {fields[0]!r} (expected 0/1, neg/pos or "
+                                            f"negative/positive)")
+                    continue
+                out.append(SentimentExample(str(number), text, _LABELS.get(value)))
+        if self.skipped.get(split):
+            log.warning("%s: skipped %d malformed line(s)", path, self.skipped[split])
+        return out
+
+    # ------------------------------------------------------------------ features
+
+    def featurize(self, examples: list[SentimentExample], tokenizer, max_seq_length: int) -> dict[str, np.ndarray]:
+        """``[CLS] text [SEP]``, the text truncated to ``max_seq_length - 2`` tokens, padded with ``pad_id``."""
+        if max_seq_length < 3:
+            raise ValueError(f"max_seq_length must be at least 3, got {max_seq_length}")
+        n, length = len(examples), max_seq_length
+        flat, lengths = _tokenize(tokenizer, [e.text for e in examples])
+        kept = np.minimum(lengths, length - 2)
+        ids = np.full((n, length), tokenizer.pad_id, np.int32)
+        ids[:, 0] = tokenizer.cls_id
+        rows = np.repeat(np.arange(n), kept)
+        within = np.arange(len(rows)) - np.repeat(np.cumsum(kept) - kept, kept)
+        ids[rows, 1 + within] = flat[(np.cumsum(lengths) - lengths)[rows] + within]
+        ids[np.arange(n), 1 + kept] = tokenizer.sep_id
+        mask = (np.arange(length)[None, :] < (kept + 2)[:, None]).astype(np.int32)
+        labels = np.asarray([0 if e.label is None else e.label for e in examples], np.int32).reshape(n)
+        return {"input_ids": ids, "input_mask": mask, "segment_ids": np.zeros((n, length), np.int32),
+                "example_index": np.arange(n, dtype=np.int32), "label": labels}
+
+    # ------------------------------------------------------------------ outputs
+
+    def _logits(self, features, outputs) -> np.ndarray:
+        n = len(features["example_index"])
+        logits = np.asarray(outputs["logits"], np.float64)
+        if logits.shape != (n, 2):
+            raise ValueError(f"{self.name}: logits of shape {logits.shape}, expected [{n}, 2]")
+        return logits
+
+    def evaluate(self, examples, features, outputs) -> dict[str, float]:
+        from bert_jax.metrics import accuracy
+
+        labels = [examples[i].label for i in features["example_index"]]
+        if any(label is None for label in labels):
+            raise ValueError(f"{self.name}: evaluate needs a labelled split")
+        acc = accuracy(labels, self._logits(features, outputs).argmax(-1))
+        return {"accuracy": acc, "score": acc}
+
+    def write_predictions(self, examples, features, outputs, out_dir: Path, split: str) -> list[Path]:
+        logits = self._logits(features, outputs)
+        p_pos = 1.0 / (1.0 + np.exp(logits[:, 0] - logits[:, 1]))
+        lines = ["id\tprediction\tp_positive\tlabel\ttext"]
+        for i, p in zip(features["example_index"], p_pos, strict=True):
+            ex = examples[i]
+            gold = "" if ex.label is None else LABEL_NAMES[ex.label]
+            lines.append(f"{ex.id}\t{LABEL_NAMES[int(p > 0.5)]}\t{p:.4f}\t{gold}\t{ex.text}")
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        path = out_dir / f"{split}_sentiment.tsv"
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        os.replace(tmp, path)  # never a half-written file under the final name
+        return [path]
+
+
+def _detect_format(fields: list[str], where: str) -> str:
+    """``snippets`` (id, score, text) when the second of three or more fields is a number, else
+    ``labelled`` (label, text)."""
+    if len(fields) >= 3:
+        try:
+            float(fields[1])
+            return "snippets"
+        except ValueError:
+            pass
+    if len(fields) >= 2:
+        return "labelled"
+    raise TaskDataError(f"{where}: no tab in the first data line; expected id<TAB>score<TAB>text or "
+                        f"label<TAB>text lines")
+
+
+def _tokenize(tokenizer, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Texts → (all ids concatenated, ids per text), tokenized in large batches."""
+    flats, lengths = [np.zeros(0, np.int32)], [np.zeros(0, np.int64)]
+    for start in range(0, len(texts), _TOKENIZE_BATCH):
+        ragged = tokenizer.tokenize(tf.constant(texts[start:start + _TOKENIZE_BATCH], tf.string))
+        flats.append(ragged.flat_values.numpy().astype(np.int32))
+        lengths.append(ragged.row_lengths().numpy().astype(np.int64))
+    return np.concatenate(flats), np.concatenate(lengths)
