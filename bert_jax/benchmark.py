@@ -1,0 +1,361 @@
+r"""Speed and memory of one BERT pre-training step (MLM + NSP), the step the trainer runs.
+
+    python -m bert_jax.benchmark --size base --seq_len 128 --batch_size 32 [--steps 20] [--warmup 3]
+        [--dtype float32|bfloat16] [--remat none|full|dots_saveable|...] [--scan|--noscan]
+        [--attention_impl auto|xla|cudnn|explicit] [--attention_dropout 0.1] [--max_predictions P]
+        [--mesh -1,1,1] [--json] [--output benchmark_results.jsonl]
+    python -m bert_jax.benchmark --size base --batch_size 8,32          # several batch sizes, one run
+    python -m bert_jax.benchmark --size large --seq_len 512 --batch_size 16 --memory_only
+    python -m bert_jax.benchmark --size large --seq_len 512 --find_max_batch --memory_gb 16,40,80
+    python -m bert_jax.benchmark --compare hf-torch,hf-flax --size base --seq_len 128 --batch_size 8
+
+It jits the real `bert_jax.train_step.train_step` for ``BertForPreTraining`` (MLM + NSP) as
+`bert_jax.trainer` does (``configs/pretrain.py``'s optimizer and sharding rules, a ('data', 'fsdp',
+'tensor') mesh, donated state), compiles it ahead of time for synthetic batches of the real shapes
+(P = ``--max_predictions``: 20 at length 128, 80 at 512), runs ``--warmup`` steps, then times
+``--steps`` steps one by one (each waits for its outputs; the input is already on the device).
+
+Reported: compile time (lower + compile), step time (median, min), sequences/s, tokens/s (B·S per
+step, padding included), model FLOPs per step (bert_jax/flops.py)
+
+    6·B·[S·L·(4H² + 2H·I) + P·(H² + H·V)] + 12·L·B·S²·H
+
+achieved FLOP/s, MFU against the peak (published dense peaks of known GPUs/TPUs times the devices;
+on a CPU a 2048³ float32 matmul measured in the same run: a practical, not a hardware, peak), and
+XLA's memory analysis per device: arguments + outputs + temp − aliased (the donated state counts
+once). ``--memory_only`` compiles and reports memory, running nothing; ``--find_max_batch`` finds,
+by compiling only, the largest batch (a multiple of ``--batch_multiple``) whose estimate fits each
+of ``--memory_gb`` GiB, so it works on a CPU for any model size (a CPU compile approximates a GPU's
+or TPU's buffer assignment; it keeps bfloat16 no smaller than float32).
+
+Each result is appended as one JSON line to ``--output`` (default ``benchmark_results.jsonl`` in
+the working directory); ``--json`` prints that line instead of the summary.
+
+``--compare hf-torch,hf-flax`` times Hugging Face's BertForPreTraining (PyTorch) and
+FlaxBertForPreTraining on the same shapes in the same run, taking turns with ours
+(bert_jax/benchmark_compare.py; needs ``pip install -e '.[bench]'``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib.util
+import itertools
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from bert_jax import sharding as sh
+from bert_jax import train_step as ts
+from bert_jax.config import BertConfig, count_params
+from bert_jax.flops import FORMULA, dense_mlm_flops, device_peak, pretraining_flops
+from bert_jax.optim import make_optimizer
+from input_pipeline.synthetic import SyntheticBatches
+
+PRETRAIN_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "pretrain.py"
+GIB = 2**30
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bert_jax.benchmark", description=__doc__.split("\n\n")[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    ints = lambda s: [int(x) for x in s.split(",") if x]  # noqa: E731
+    p.add_argument("--size", default="base", help="tiny | mini | small | medium | base | large")
+    p.add_argument("--seq_len", type=int, default=128)
+    p.add_argument("--batch_size", type=ints, default=[32], help="global batch; a comma list runs each")
+    p.add_argument("--sweep", action="store_true", help="run every power of two from 8 up to --batch_size")
+    p.add_argument("--steps", type=int, default=20, help="timed steps")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps after compilation")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="compute dtype")
+    p.add_argument("--remat", default="none", help="none | full | a jax.checkpoint_policies name")
+    p.add_argument("--scan", dest="scan", action="store_true", default=True, help="lax.scan over layers")
+    p.add_argument("--noscan", dest="scan", action="store_false", help="unrolled layers")
+    p.add_argument("--attention_impl", default="auto", choices=("auto", "xla", "cudnn", "explicit"))
+    p.add_argument("--attention_dropout", type=float, default=0.1,
+                   help="the paper's 0.1 forces the explicit attention path; 0 allows the fused one")
+    p.add_argument("--max_predictions", type=int, default=None, help="P (default: 5/32 of seq_len)")
+    p.add_argument("--vocab_size", type=int, default=30522)
+    p.add_argument("--mesh", default=None,
+                   help="(data, fsdp, tensor); -1 = the remaining devices (default -1,1,1; 1,1,1 with --compare)")
+    p.add_argument("--memory_only", action="store_true", help="compile and report memory; run nothing")
+    p.add_argument("--find_max_batch", action="store_true", help="largest batch that fits --memory_gb")
+    p.add_argument("--memory_gb", default="16,40,80", help="GiB budgets for --find_max_batch")
+    p.add_argument("--batch_multiple", type=int, default=8, help="--find_max_batch granularity")
+    p.add_argument("--xla_option", action="append", default=[], metavar="KEY=VALUE",
+                   help="XLA compiler option for the step, repeatable (e.g. xla_backend_optimization_level=0)")
+    p.add_argument("--compare", default="", metavar="hf-torch,hf-flax",
+                   help="also time these reference implementations, taking turns with ours")
+    p.add_argument("--compare_block", type=int, default=5, help="--compare: steps per turn of each implementation")
+    p.add_argument("--torch_threads", type=int, default=2, help="--compare: torch.set_num_threads")
+    p.add_argument("--json", action="store_true", help="print the JSON line instead of a summary")
+    p.add_argument("--output", default="benchmark_results.jsonl", help="JSON lines appended here ('' = none)")
+    args = p.parse_args(argv)
+    if args.max_predictions is None:
+        args.max_predictions = max(1, round(args.seq_len * 5 / 32))  # the paper's 20 at 128, 80 at 512
+    args.compare = [x for x in args.compare.split(",") if x]
+    if args.mesh is None:
+        args.mesh = "1,1,1" if args.compare else "-1,1,1"
+    if args.compare:
+        from bert_jax.benchmark_compare import check_args
+
+        check_args(p, args)
+    if args.sweep:
+        args.batch_size = [2**k for k in range(3, max(args.batch_size).bit_length()) if 2**k <= max(args.batch_size)]
+    return args
+
+
+def load_pretrain_config(size: str):
+    if not PRETRAIN_CONFIG.is_file():
+        raise FileNotFoundError(f"{PRETRAIN_CONFIG}: run the benchmark from a checkout of the repository")
+    spec = importlib.util.spec_from_file_location("pretrain_config", PRETRAIN_CONFIG)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config(f"size={size},synthetic=True")
+
+
+class Bench:
+    """The model, optimizer, mesh and jitted step for one configuration (any batch size)."""
+
+    def __init__(self, args):
+        self.args = args
+        config = load_pretrain_config(args.size)
+        m = config.model
+        self.cfg = BertConfig.from_size(
+            args.size, vocab_size=args.vocab_size, max_position_embeddings=max(m.max_position_embeddings, args.seq_len),
+            dtype=args.dtype, scan_layers=args.scan, remat_policy=args.remat, attention_impl=args.attention_impl,
+            hidden_dropout_prob=m.hidden_dropout_prob, attention_dropout_prob=args.attention_dropout)
+        self.objective = config.objective
+        self.tx, self.schedule = make_optimizer({**config.optimizer.to_dict(), "accumulation_steps": 1})
+        shape = tuple(int(x) for x in args.mesh.split(","))
+        devices = jax.devices() if -1 in shape else jax.devices()[: math.prod(shape)]
+        self.mesh = sh.make_mesh(shape, devices)
+        self.rules = tuple(tuple(r) for r in config.sharding_rules)
+        self.shardings = ts.state_shardings(self.cfg, self.objective, self.tx, self.mesh, self.rules)
+        self.abstract_state = jax.eval_shape(
+            functools.partial(ts.init_state, self.cfg, self.objective, self.tx, 0))
+        self.batch_sh = sh.batch_sharding(self.mesh, self.rules)
+        self.step_fn = jax.jit(
+            functools.partial(ts.train_step, graphdef=ts.model_graphdef(self.cfg, self.objective),
+                              tx=self.tx, schedule=self.schedule),
+            in_shardings=(self.shardings, self.batch_sh, None), out_shardings=(self.shardings, None),
+            donate_argnums=0)
+        self.rng, self.state = jax.random.key(0), None
+        self.compiler_options = {k: json.loads(v) if v[:1].isdigit() or v in ("true", "false") else v
+                                 for k, _, v in (o.partition("=") for o in args.xla_option)}
+
+    def data(self, batch_size: int) -> SyntheticBatches:
+        return SyntheticBatches(batch_size=batch_size, seq_len=self.args.seq_len,
+                                max_predictions=self.args.max_predictions, vocab_size=self.cfg.vocab_size)
+
+    def compile(self, batch_size: int):
+        """(compiled step, lower seconds, compile seconds), from shapes only."""
+        shards = math.prod(self.mesh.shape[a] for a in ("data", "fsdp"))
+        if batch_size % shards:
+            raise ValueError(f"batch_size {batch_size} is not divisible by the {shards} batch shards of mesh "
+                             f"{dict(self.mesh.shape)}")
+        one = next(self.data(1))
+        batch = {k: jax.ShapeDtypeStruct((batch_size, *v.shape[1:]), v.dtype) for k, v in one.items()}
+        t0 = time.perf_counter()
+        lowered = self.step_fn.lower(self.abstract_state, batch, self.rng)
+        t1 = time.perf_counter()
+        compiled = lowered.compile(compiler_options=self.compiler_options or None)
+        return compiled, t1 - t0, time.perf_counter() - t1
+
+    def stepper(self, compiled, batch_size: int, num_batches: int = 4):
+        """A function running one step of ``compiled`` on the next of ``num_batches`` synthetic batches
+        (already on the device) and waiting for it; it returns the step's metrics. The state is
+        initialised once (a compiled init), then carried in ``self.state`` across batch sizes."""
+        if self.state is None:
+            init = jax.jit(functools.partial(ts.init_state, self.cfg, self.objective, self.tx, 0),
+                           out_shardings=self.shardings)
+            self.state = init.lower().compile(compiler_options=self.compiler_options or None)()
+        data = self.data(batch_size)
+        batches = [sh.global_batch(next(data), self.mesh, self.rules) for _ in range(num_batches)]
+        count = itertools.count()
+
+        def step() -> dict:
+            self.state, metrics = compiled(self.state, batches[next(count) % num_batches], self.rng)
+            jax.block_until_ready((self.state, metrics))
+            return metrics
+
+        return step
+
+    def describe(self, batch_size: int | None) -> dict:
+        a, cfg, dev = self.args, self.cfg, jax.devices()[0]
+        if cfg.attention_dropout_prob == 0.0 and cfg.attention_impl != "explicit":
+            path = f"jax.nn.dot_product_attention(implementation={cfg.attention_impl})"
+        else:
+            path = "explicit einsum-softmax-dropout-einsum" + (
+                " (attention dropout needs the probabilities)" if cfg.attention_dropout_prob else "")
+        return {"size": a.size, "num_params": count_params(cfg, with_mlm=True, with_nsp=True),
+                "seq_len": a.seq_len, "batch_size": batch_size, "max_predictions": a.max_predictions,
+                "vocab_size": cfg.vocab_size, "dtype": a.dtype, "remat": a.remat, "scan": a.scan,
+                "attention_impl": a.attention_impl, "attention_dropout": cfg.attention_dropout_prob,
+                "attention_path": path, "mesh": dict(self.mesh.shape), "devices": self.mesh.devices.size,
+                "device_kind": dev.device_kind, "platform": dev.platform, "jax": jax.__version__,
+                "load_average": [round(x, 2) for x in os.getloadavg()]}
+
+
+def memory_report(compiled) -> dict | None:
+    """XLA's memory analysis of a compiled program, per device; None where the backend has none."""
+    try:
+        m = compiled.memory_analysis()
+    except (NotImplementedError, RuntimeError, AttributeError):
+        return None
+    if m is None:
+        return None
+    fields = ("argument", "output", "alias", "temp", "generated_code")
+    out = {f"{f}_bytes": int(getattr(m, f"{f}_size_in_bytes", 0) or 0) for f in fields}
+    total = out["argument_bytes"] + out["output_bytes"] + out["temp_bytes"] - out["alias_bytes"]
+    out["estimate_bytes"] = total
+    out["estimate_gib"] = round(total / GIB, 3)
+    if getattr(m, "peak_memory_in_bytes", 0):
+        out["xla_peak_bytes"] = int(m.peak_memory_in_bytes)
+    return out
+
+
+def time_steps(bench: Bench, compiled, batch_size: int) -> tuple[list[float], float]:
+    """Runs warm-up then timed steps; (step seconds, final loss). The state lives on in ``bench``."""
+    a = bench.args
+    step = bench.stepper(compiled, batch_size, min(4, a.warmup + a.steps))
+    times, metrics = [], None
+    for i in range(a.warmup + a.steps):
+        t = time.perf_counter()
+        metrics = step()
+        if i >= a.warmup:
+            times.append(time.perf_counter() - t)
+    return times, float(metrics["loss"])
+
+
+def run_one(bench: Bench, batch_size: int) -> dict:
+    a = bench.args
+    compiled, lower_s, compile_s = bench.compile(batch_size)
+    out = {"mode": "memory_only" if a.memory_only else "train_step", **bench.describe(batch_size),
+           "lower_s": round(lower_s, 3), "compile_s": round(lower_s + compile_s, 3),
+           "memory": memory_report(compiled)}
+    if a.memory_only:
+        return out
+    peak, source = device_peak(a.dtype, bench.mesh.devices.size)
+    times, loss = time_steps(bench, compiled, batch_size)
+    median, best = float(np.median(times)), float(np.min(times))
+    flops = pretraining_flops(bench.cfg, batch_size, a.seq_len, a.max_predictions)
+    out.update({
+        "steps": a.steps, "warmup": a.warmup, "step_time_median_s": round(median, 5),
+        "step_time_min_s": round(best, 5), "sequences_per_s": round(batch_size / median, 2),
+        "tokens_per_s": round(batch_size * a.seq_len / median, 1), "loss": round(loss, 4),
+        "model_flops_per_step": flops, "flops_formula": FORMULA,
+        "model_flops_dense_mlm_head": dense_mlm_flops(bench.cfg, batch_size, a.seq_len),
+        "achieved_flops_per_s": round(flops / median), "peak_flops_per_s": round(peak), "peak_source": source,
+        "mfu": round(flops / median / peak, 4),
+    })
+    if not math.isfinite(loss):
+        raise FloatingPointError(f"loss is {loss} after {a.warmup + a.steps} steps: the benchmark is not valid")
+    return out
+
+
+def largest_fitting(mem, budget: float, limit: int = 1 << 16, known: dict | None = None) -> int:
+    """Largest n in [0, limit] with ``mem(n) <= budget``, for increasing ``mem`` (cached by the caller;
+    ``known`` holds values already computed). Memory is nearly affine in the batch, so each round
+    probes the secant's prediction between the bracket's ends and its neighbour; bisection after
+    a few rounds bounds the number of calls."""
+    if mem(1) > budget:
+        return 0
+    known = {**(known or {}), 1: mem(1)}
+    lo = max(n for n, m in known.items() if m <= budget)  # fits
+    hi = min([n for n, m in known.items() if m > budget] + [limit + 1])  # does not fit (limit + 1: unknown)
+    for rounds in range(64):
+        if hi - lo <= 1 or lo >= limit:
+            break
+        if rounds >= 4:
+            probes = [(lo + hi) // 2]
+        else:
+            ref = hi if hi <= limit else max([n for n in known if n < lo] or [lo + 1])
+            slope = max((mem(ref) - mem(lo)) / (ref - lo), 1e-9)
+            guess = lo + int((budget - mem(lo)) // slope)
+            probes = [min(max(guess, lo + 1), hi - 1, limit)]
+            probes.append(probes[0] + 1)
+        for p in probes:
+            if lo < p < hi and p <= limit:
+                known[p] = mem(p)
+                lo, hi = (p, hi) if known[p] <= budget else (lo, p)
+    return lo
+
+
+def find_max_batch(bench: Bench, budgets_gib: list[float]) -> dict:
+    """Largest multiple of ``--batch_multiple`` whose compiled memory estimate fits each budget."""
+    k, cache = bench.args.batch_multiple, {}
+
+    def mem(units: int) -> int:  # estimate bytes at batch units * k, compiled once
+        if units not in cache:
+            report = memory_report(bench.compile(units * k)[0])
+            if report is None:
+                raise RuntimeError(f"{jax.devices()[0].platform}: XLA gives no memory analysis here")
+            cache[units] = report["estimate_bytes"]
+        return cache[units]
+
+    found = {str(g): largest_fitting(mem, g * GIB, known=cache) * k for g in sorted(budgets_gib)}
+    return {"mode": "find_max_batch", **bench.describe(None), "batch_multiple": k, "max_batch": found,
+            "estimates_gib": {u * k: round(b / GIB, 3) for u, b in sorted(cache.items())}}
+
+
+def summary(r: dict) -> str:
+    batch = "" if r["batch_size"] is None else f"batch {r['batch_size']} "
+    lines = [f"{r['mode']}: BERT-{r['size']} ({r['num_params'] / 1e6:.1f}M params) seq_len {r['seq_len']} {batch}"
+             f"P {r['max_predictions']} {r['dtype']} remat={r['remat']} scan={r['scan']} "
+             f"on {r['devices']} x {r['device_kind']} (load {r['load_average'][0]})",
+             f"  attention: {r['attention_path']}"]
+    if r["mode"] == "find_max_batch":
+        return "\n".join(lines + [
+            f"  largest batch (multiple of {r['batch_multiple']}) whose compiled estimate fits: "
+            + ", ".join(f"{g} GiB -> {b}" for g, b in r["max_batch"].items()),
+            f"  estimates (GiB) by batch: {r['estimates_gib']}"])
+    m = r["memory"] and {k: v / GIB for k, v in r["memory"].items() if k.endswith("_bytes")}
+    lines += [f"  compile: {r['compile_s']:.1f} s (lower {r['lower_s']:.1f} s)",
+              "  memory: no analysis on this backend" if not m else
+              f"  memory: {m['estimate_bytes']:.2f} GiB per device (arguments {m['argument_bytes']:.2f} + outputs "
+              f"{m['output_bytes']:.2f} + temp {m['temp_bytes']:.2f} - aliased {m['alias_bytes']:.2f})"]
+    if r["mode"] == "train_step":
+        lines += [f"  step: median {r['step_time_median_s'] * 1e3:.1f} ms, min {r['step_time_min_s'] * 1e3:.1f} ms "
+                  f"over {r['steps']} steps ({r['warmup']} warm-up); loss {r['loss']}",
+                  f"  throughput: {r['sequences_per_s']:.1f} sequences/s, {r['tokens_per_s']:.0f} tokens/s",
+                  f"  model FLOPs/step: {r['model_flops_per_step'] / 1e9:.1f} G  ({r['flops_formula']}; "
+                  f"{r['model_flops_dense_mlm_head'] / 1e9:.1f} G with a dense MLM head)",
+                  f"  achieved: {r['achieved_flops_per_s'] / 1e12:.4f} TFLOP/s; MFU {100 * r['mfu']:.1f}% of "
+                  f"{r['peak_flops_per_s'] / 1e12:.4f} TFLOP/s ({r['peak_source']})"]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> list[dict]:
+    args = parse_args(argv)
+    compare = None
+    if args.compare:  # the reference implementations need the optional 'bench' packages: check before compiling
+        from bert_jax import benchmark_compare as compare
+
+        try:
+            compare.load_libraries(args.compare)
+        except compare.MissingDependencies as e:
+            raise SystemExit(f"error: {e}") from None
+    bench = Bench(args)
+    results = []
+    for size in [None] if args.find_max_batch else args.batch_size:
+        if size is None:
+            r = find_max_batch(bench, [float(g) for g in args.memory_gb.split(",") if g])
+        else:
+            r = compare.compare(bench, size) if compare else run_one(bench, size)
+        line = json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%S"), **r})
+        print(line if args.json else compare.summary(r) if compare else summary(r), flush=True)
+        if args.output:
+            with open(args.output, "a") as f:
+                f.write(line + "\n")
+        results.append(r)
+    return results
+
+
+if __name__ == "__main__":
+    main()
