@@ -53,13 +53,13 @@ import numpy as np
 
 from bert_jax import sharding as sh
 from bert_jax import train_step as ts
+from bert_jax.benchmark_memory import GIB, find_max_batch, memory_report
 from bert_jax.config import BertConfig, count_params
 from bert_jax.flops import FORMULA, dense_mlm_flops, device_peak, pretraining_flops
 from bert_jax.optim import make_optimizer
 from input_pipeline.synthetic import SyntheticBatches
 
 PRETRAIN_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "pretrain.py"
-GIB = 2**30
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -79,6 +79,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--attention_impl", default="auto", choices=("auto", "xla", "cudnn", "explicit"))
     p.add_argument("--attention_dropout", type=float, default=0.1,
                    help="the paper's 0.1 forces the explicit attention path; 0 allows the fused one")
+    p.add_argument("--rng_impl", default="threefry2x32", choices=("threefry2x32", "philox4x32", "rbg", "unsafe_rbg"),
+                   help="PRNG of the dropout keys (config.rng_impl); rbg is cheaper to draw from")
     p.add_argument("--max_predictions", type=int, default=None, help="P (default: 5/32 of seq_len)")
     p.add_argument("--vocab_size", type=int, default=30522)
     p.add_argument("--mesh", default=None,
@@ -145,7 +147,7 @@ class Bench:
                               tx=self.tx, schedule=self.schedule),
             in_shardings=(self.shardings, self.batch_sh, None), out_shardings=(self.shardings, None),
             donate_argnums=0)
-        self.rng, self.state = jax.random.key(0), None
+        self.rng, self.state = jax.random.key(0, impl=args.rng_impl), None
         self.compiler_options = {k: json.loads(v) if v[:1].isdigit() or v in ("true", "false") else v
                                  for k, _, v in (o.partition("=") for o in args.xla_option)}
 
@@ -196,28 +198,11 @@ class Bench:
         return {"size": a.size, "num_params": count_params(cfg, with_mlm=True, with_nsp=True),
                 "seq_len": a.seq_len, "batch_size": batch_size, "max_predictions": a.max_predictions,
                 "vocab_size": cfg.vocab_size, "dtype": a.dtype, "remat": a.remat, "scan": a.scan,
-                "attention_impl": a.attention_impl, "attention_dropout": cfg.attention_dropout_prob,
+                "rng_impl": a.rng_impl, "attention_impl": a.attention_impl,
+                "attention_dropout": cfg.attention_dropout_prob,
                 "attention_path": path, "mesh": dict(self.mesh.shape), "devices": self.mesh.devices.size,
                 "device_kind": dev.device_kind, "platform": dev.platform, "jax": jax.__version__,
                 "load_average": [round(x, 2) for x in os.getloadavg()]}
-
-
-def memory_report(compiled) -> dict | None:
-    """XLA's memory analysis of a compiled program, per device; None where the backend has none."""
-    try:
-        m = compiled.memory_analysis()
-    except (NotImplementedError, RuntimeError, AttributeError):
-        return None
-    if m is None:
-        return None
-    fields = ("argument", "output", "alias", "temp", "generated_code")
-    out = {f"{f}_bytes": int(getattr(m, f"{f}_size_in_bytes", 0) or 0) for f in fields}
-    total = out["argument_bytes"] + out["output_bytes"] + out["temp_bytes"] - out["alias_bytes"]
-    out["estimate_bytes"] = total
-    out["estimate_gib"] = round(total / GIB, 3)
-    if getattr(m, "peak_memory_in_bytes", 0):
-        out["xla_peak_bytes"] = int(m.peak_memory_in_bytes)
-    return out
 
 
 def time_steps(bench: Bench, compiled, batch_size: int) -> tuple[list[float], float]:
@@ -257,51 +242,6 @@ def run_one(bench: Bench, batch_size: int) -> dict:
     if not math.isfinite(loss):
         raise FloatingPointError(f"loss is {loss} after {a.warmup + a.steps} steps: the benchmark is not valid")
     return out
-
-
-def largest_fitting(mem, budget: float, limit: int = 1 << 16, known: dict | None = None) -> int:
-    """Largest n in [0, limit] with ``mem(n) <= budget``, for increasing ``mem`` (cached by the caller;
-    ``known`` holds values already computed). Memory is nearly affine in the batch, so each round
-    probes the secant's prediction between the bracket's ends and its neighbour; bisection after
-    a few rounds bounds the number of calls."""
-    if mem(1) > budget:
-        return 0
-    known = {**(known or {}), 1: mem(1)}
-    lo = max(n for n, m in known.items() if m <= budget)  # fits
-    hi = min([n for n, m in known.items() if m > budget] + [limit + 1])  # does not fit (limit + 1: unknown)
-    for rounds in range(64):
-        if hi - lo <= 1 or lo >= limit:
-            break
-        if rounds >= 4:
-            probes = [(lo + hi) // 2]
-        else:
-            ref = hi if hi <= limit else max([n for n in known if n < lo] or [lo + 1])
-            slope = max((mem(ref) - mem(lo)) / (ref - lo), 1e-9)
-            guess = lo + int((budget - mem(lo)) // slope)
-            probes = [min(max(guess, lo + 1), hi - 1, limit)]
-            probes.append(probes[0] + 1)
-        for p in probes:
-            if lo < p < hi and p <= limit:
-                known[p] = mem(p)
-                lo, hi = (p, hi) if known[p] <= budget else (lo, p)
-    return lo
-
-
-def find_max_batch(bench: Bench, budgets_gib: list[float]) -> dict:
-    """Largest multiple of ``--batch_multiple`` whose compiled memory estimate fits each budget."""
-    k, cache = bench.args.batch_multiple, {}
-
-    def mem(units: int) -> int:  # estimate bytes at batch units * k, compiled once
-        if units not in cache:
-            report = memory_report(bench.compile(units * k)[0])
-            if report is None:
-                raise RuntimeError(f"{jax.devices()[0].platform}: XLA gives no memory analysis here")
-            cache[units] = report["estimate_bytes"]
-        return cache[units]
-
-    found = {str(g): largest_fitting(mem, g * GIB, known=cache) * k for g in sorted(budgets_gib)}
-    return {"mode": "find_max_batch", **bench.describe(None), "batch_multiple": k, "max_batch": found,
-            "estimates_gib": {u * k: round(b / GIB, 3) for u, b in sorted(cache.items())}}
 
 
 def summary(r: dict) -> str:

@@ -112,7 +112,7 @@ def train_one(config, workdir: Path, seed: int, task, cfg: BertConfig, warm, dat
     eval_fn = jax.jit(functools.partial(fs.eval_step, graphdef=graphdef, kind=task.kind),
                       in_shardings=(shardings.params, batch_sh))
     writer = MetricWriter(workdir, enabled=is_main)
-    rng = jax.random.key(seed)
+    rng = jax.random.key(seed, impl=config.get("rng_impl", "threefry2x32"))
     step = int(state.step)
     progress = Progress(step, steps, bs, enabled=is_main and config.progress)
     stop = {"signal": None}

@@ -209,7 +209,7 @@ def run(config, workdir: str | Path) -> dict:
         else:
             log.warning("no held-out data (set config.data.eval_input to held-out shards): evaluation is off")
 
-    rng = jax.random.key(config.seed)
+    rng = jax.random.key(config.seed, impl=config.get("rng_impl", "threefry2x32"))
     writer = MetricWriter(workdir, enabled=is_main)
     stop = {"signal": None}
     previous = signal.signal(signal.SIGTERM, lambda signum, _: stop.update(signal=signum))

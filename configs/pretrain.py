@@ -33,6 +33,10 @@ def get_config(arg=None):
         raise ValueError(f"phase={args.phase}: expected 1 (length 128) or 2 (length 512)")
     c = ml_collections.ConfigDict()
     c.seed = 0
+    # PRNG of the dropout keys (seed folded with the step). threefry2x32: the same masks on every
+    # mesh; rbg: XLA's RngBitGenerator, ~15% faster BERT-base steps on CPU (docs/benchmarks.md), masks
+    # may differ between mesh shapes. Not part of checkpoints: it can change between runs.
+    c.rng_impl = "threefry2x32"
     c.objective = args.objective
     c.multihost = False  # True on multi-host TPU pod slices: jax.distributed.initialize()
 

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from bert_jax import benchmark
+from bert_jax import benchmark, benchmark_memory
 from bert_jax.config import BertConfig
 from bert_jax.flops import dense_mlm_flops, pretraining_flops, published_peak
 
@@ -53,7 +53,7 @@ def test_largest_fitting_search():
 
             expected = max(n for n in range(limit + 1) if n == 0 or f(n) <= budget)
             calls = set()
-            found = benchmark.largest_fitting(lambda n, calls=calls, f=f: calls.add(n) or f(n), budget, limit)
+            found = benchmark_memory.largest_fitting(lambda n, calls=calls, f=f: calls.add(n) or f(n), budget, limit)
             assert found == expected, (q, a, c, budget)
             assert len(calls) <= 26
             if q > 500 and budget == 1000:  # nearly affine, as memory in the batch is: a few compiles

@@ -74,6 +74,14 @@ def test_resume_is_exact(straight_run, tmp_path):
     np.testing.assert_allclose(resumed[-1]["loss"], read_metrics(workdir, "train")[-1]["loss"], rtol=1e-6)
 
 
+def test_rng_impl_picks_the_dropout_prng(straight_run, tmp_path):
+    """config.rng_impl=rbg (XLA's RngBitGenerator for the dropout keys) trains: other dropout masks
+    from the same seed, so another loss than the default threefry2x32 run's."""
+    _, threefry = straight_run
+    rbg = trainer.run(tiny_config(rng_impl="rbg"), tmp_path)
+    assert np.isfinite(rbg["train"]["loss"]) and rbg["train"]["loss"] != threefry["train"]["loss"]
+
+
 def test_nan_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
     from input_pipeline.synthetic import SyntheticBatches
 

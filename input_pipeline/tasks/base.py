@@ -42,6 +42,15 @@ class TaskDataError(ValueError):
     """A malformed task file: the message names the file, line and what was expected."""
 
 
+def feature_labels(name: str, examples, features) -> list:
+    """The label of each feature row's example (``features["example_index"]``); a clear error for an
+    unlabelled split (a test split), which ``evaluate`` cannot score."""
+    labels = [examples[i].label for i in features["example_index"]]
+    if any(label is None for label in labels):
+        raise ValueError(f"{name}: evaluate needs a labelled split (test splits have no labels)")
+    return labels
+
+
 class Task(Protocol):
     name: str  # e.g. "mrpc", "squad1.1", "conll2003"
     kind: str  # one of KINDS

@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from input_pipeline.tasks.base import TaskDataError
+from input_pipeline.tasks.base import TaskDataError, feature_labels
 
 log = logging.getLogger(__name__)
 
@@ -306,9 +306,7 @@ class GlueTask:
     def evaluate(self, examples, features, outputs) -> dict[str, float]:
         from bert_jax.metrics import glue_metrics
 
-        labels = [examples[i].label for i in features["example_index"]]
-        if any(label is None for label in labels):
-            raise ValueError(f"{self.name}: evaluate needs a labelled split (test splits have no labels)")
+        labels = feature_labels(self.name, examples, features)
         dtype = np.float64 if self.kind == "regression" else np.int64
         return glue_metrics(self.name, np.asarray(labels, dtype), self.predictions(features, outputs))
 

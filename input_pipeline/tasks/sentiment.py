@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from input_pipeline.tasks.base import TaskDataError
+from input_pipeline.tasks.base import TaskDataError, feature_labels
 
 log = logging.getLogger(__name__)
 
@@ -221,9 +221,7 @@ class SentimentTask:
     def evaluate(self, examples, features, outputs) -> dict[str, float]:
         from bert_jax.metrics import accuracy
 
-        labels = [examples[i].label for i in features["example_index"]]
-        if any(label is None for label in labels):
-            raise ValueError(f"{self.name}: evaluate needs a labelled split")
+        labels = feature_labels(self.name, examples, features)
         acc = accuracy(labels, self._logits(features, outputs).argmax(-1))
         return {"accuracy": acc, "score": acc}
 
