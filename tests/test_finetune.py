@@ -121,7 +121,7 @@ def test_mnli_two_seeds_predictions_and_ax(glue_dir, minilm_dir, tmp_path):
     assert not np.array_equal(a["classifier/dense/kernel"], b["classifier/dense/kernel"])
 
 
-@pytest.mark.slow  # ~35-50 s; warm start from a pre-training workdir is also in test_warm_start_from_pretraining_workdir
+@pytest.mark.slow  # ~35-50 s; warm start from pre-training is also in test_warm_start_from_pretraining_workdir
 def test_stsb_regression_from_pretraining_workdir(glue_dir, tmp_path):
     """Scratch pre-training workdir → STS-B (regression head, MSE, Pearson/Spearman)."""
     pre = tmp_path / "pre"

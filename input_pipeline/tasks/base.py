@@ -42,6 +42,18 @@ class TaskDataError(ValueError):
     """A malformed task file: the message names the file, line and what was expected."""
 
 
+def tokenize_texts(tokenizer, texts: list[str], batch: int = 8192) -> tuple[np.ndarray, np.ndarray]:
+    """Texts → (all ids concatenated, ids per text), tokenized ``batch`` texts at a time."""
+    import tensorflow as tf
+
+    flats, lengths = [np.zeros(0, np.int32)], [np.zeros(0, np.int64)]
+    for start in range(0, len(texts), batch):
+        ragged = tokenizer.tokenize(tf.constant(texts[start:start + batch], tf.string))
+        flats.append(ragged.flat_values.numpy().astype(np.int32))
+        lengths.append(ragged.row_lengths().numpy().astype(np.int64))
+    return np.concatenate(flats), np.concatenate(lengths)
+
+
 def feature_labels(name: str, examples, features) -> list:
     """The label of each feature row's example (``features["example_index"]``); a clear error for an
     unlabelled split (a test split), which ``evaluate`` cannot score."""

@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from input_pipeline.tasks.base import TaskDataError, feature_labels
+from input_pipeline.tasks.base import TaskDataError, feature_labels, tokenize_texts
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,6 @@ _MNLI = ("contradiction", "entailment", "neutral")
 _TFDS_MNLI = ("entailment", "neutral", "contradiction")
 _BIN, _NLI = ("0", "1"), ("entailment", "not_entailment")
 _COLA_COLUMNS = ("source", "label", "original_label", "sentence")  # CoLA train/dev: no header
-_TOKENIZE_BATCH = 8192
 _MAX_REPORTED = 5  # malformed rows logged one by one; the rest only counted
 
 
@@ -263,8 +262,8 @@ class GlueTask:
             raise ValueError(f"max_seq_length must be at least 3, got {max_seq_length}")
         n, length = len(examples), max_seq_length
         has_b = np.array([e.text_b is not None for e in examples], bool)
-        a_flat, a_len = _tokenize(tokenizer, [e.text_a for e in examples])
-        b_flat, b_len = _tokenize(tokenizer, [e.text_b or "" for e in examples])
+        a_flat, a_len = tokenize_texts(tokenizer, [e.text_a for e in examples])
+        b_flat, b_len = tokenize_texts(tokenizer, [e.text_b or "" for e in examples])
         b_len = np.where(has_b, b_len, 0)
         ta, tb = truncate_seq_pair(a_len, b_len, length - 2 - has_b)
         ids = np.full((n, length), tokenizer.pad_id, np.int32)
@@ -334,16 +333,6 @@ class GlueTask:
         tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
         os.replace(tmp, path)  # never a half-written file under the final name
         return [path]
-
-
-def _tokenize(tokenizer, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Texts → (all ids concatenated, ids per text), tokenized in large batches."""
-    flats, lengths = [np.zeros(0, np.int32)], [np.zeros(0, np.int64)]
-    for start in range(0, len(texts), _TOKENIZE_BATCH):
-        ragged = tokenizer.tokenize(tf.constant(texts[start:start + _TOKENIZE_BATCH], tf.string))
-        flats.append(ragged.flat_values.numpy().astype(np.int32))
-        lengths.append(ragged.row_lengths().numpy().astype(np.int64))
-    return np.concatenate(flats), np.concatenate(lengths)
 
 
 def _positions(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

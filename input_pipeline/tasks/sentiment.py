@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from input_pipeline.tasks.base import TaskDataError, feature_labels
+from input_pipeline.tasks.base import TaskDataError, feature_labels, tokenize_texts
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,6 @@ LABEL_NAMES = ("negative", "positive")
 _LABELS = {"0": 0, "1": 1, "neg": 0, "pos": 1, "negative": 0, "positive": 1}
 TRAIN_ORDER_SEED = 0
 _MAX_REPORTED = 5  # malformed lines logged one by one; the rest only counted
-_TOKENIZE_BATCH = 8192
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,7 +195,7 @@ class SentimentTask:
         if max_seq_length < 3:
             raise ValueError(f"max_seq_length must be at least 3, got {max_seq_length}")
         n, length = len(examples), max_seq_length
-        flat, lengths = _tokenize(tokenizer, [e.text for e in examples])
+        flat, lengths = tokenize_texts(tokenizer, [e.text for e in examples])
         kept = np.minimum(lengths, length - 2)
         ids = np.full((n, length), tokenizer.pad_id, np.int32)
         ids[:, 0] = tokenizer.cls_id
@@ -257,11 +256,3 @@ def _detect_format(fields: list[str], where: str) -> str:
                         f"label<TAB>text lines")
 
 
-def _tokenize(tokenizer, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Texts → (all ids concatenated, ids per text), tokenized in large batches."""
-    flats, lengths = [np.zeros(0, np.int32)], [np.zeros(0, np.int64)]
-    for start in range(0, len(texts), _TOKENIZE_BATCH):
-        ragged = tokenizer.tokenize(tf.constant(texts[start:start + _TOKENIZE_BATCH], tf.string))
-        flats.append(ragged.flat_values.numpy().astype(np.int32))
-        lengths.append(ragged.row_lengths().numpy().astype(np.int64))
-    return np.concatenate(flats), np.concatenate(lengths)
