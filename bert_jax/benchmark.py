@@ -40,13 +40,11 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib.util
 import itertools
 import json
 import math
 import os
 import time
-from pathlib import Path
 
 import jax
 import numpy as np
@@ -55,11 +53,10 @@ from bert_jax import sharding as sh
 from bert_jax import train_step as ts
 from bert_jax.benchmark_memory import GIB, find_max_batch, memory_report
 from bert_jax.config import BertConfig, count_params
+from bert_jax.config_args import load_config_file
 from bert_jax.flops import FORMULA, dense_mlm_flops, device_peak, pretraining_flops
 from bert_jax.optim import make_optimizer
 from input_pipeline.synthetic import SyntheticBatches
-
-PRETRAIN_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "pretrain.py"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -112,21 +109,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def load_pretrain_config(size: str):
-    if not PRETRAIN_CONFIG.is_file():
-        raise FileNotFoundError(f"{PRETRAIN_CONFIG}: run the benchmark from a checkout of the repository")
-    spec = importlib.util.spec_from_file_location("pretrain_config", PRETRAIN_CONFIG)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config(f"size={size},synthetic=True")
-
-
 class Bench:
     """The model, optimizer, mesh and jitted step for one configuration (any batch size)."""
 
     def __init__(self, args):
         self.args = args
-        config = load_pretrain_config(args.size)
+        config = load_config_file("pretrain", f"size={args.size},synthetic=True")
         m = config.model
         self.cfg = BertConfig.from_size(
             args.size, vocab_size=args.vocab_size, max_position_embeddings=max(m.max_position_embeddings, args.seq_len),

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import json
 import os
 import shutil
@@ -83,11 +82,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def load_config(name: str, arg: str, overrides: dict):
     """configs/<name>.py:<arg> with ``--config.<key>=<value>`` overrides, and the train.py command
     line that gives the same config."""
-    path = Path(__file__).resolve().parents[1] / "configs" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"bert_jax_demo_config_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    config = module.get_config(arg)
+    from bert_jax.config_args import load_config_file
+
+    config = load_config_file(name, arg)
     for key, value in overrides.items():
         *parents, leaf = key.split(".")
         node = config

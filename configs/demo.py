@@ -28,25 +28,15 @@ task's dev split):
 * 10% of the documents (every 10th) held out for evaluation, evaluated in full every 100 steps.
 """
 
-import importlib.util
-from pathlib import Path
 
-from bert_jax.config_args import parse_arg
+from bert_jax.config_args import load_config_file, parse_arg
 
 DEFAULT_STEPS = 400
 
 
-def _pretrain_config(arg: str):
-    path = Path(__file__).with_name("pretrain.py")
-    spec = importlib.util.spec_from_file_location("bert_jax_configs_pretrain", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config(arg)
-
-
 def get_config(arg=None):
     args = parse_arg(arg, steps=DEFAULT_STEPS, lr=2e-3, batch=32)
-    c = _pretrain_config("size=tiny,objective=nsp,masking=dynamic,runlocal")
+    c = load_config_file("pretrain", "size=tiny,objective=nsp,masking=dynamic,runlocal")
     c.model.update(hidden_dropout_prob=0.0, attention_dropout_prob=0.0)
     c.data.update(input="pkg:wikipedia", vocab="", eval_fraction=0.1, masking="dynamic", packing="full",
                   max_seq_length=128, max_predictions_per_seq=20)

@@ -20,19 +20,15 @@ The machine's load average is reported too: other processes on a small machine m
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import logging
 import os
 import tempfile
 import time
-from pathlib import Path
 
 from bert_jax.package_data import resolve
 from input_pipeline import create_pretraining_data as cpd
 from input_pipeline import hide_accelerators_from_tf
-
-PRETRAIN_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "pretrain.py"
 
 
 def default_predictions(max_seq_length: int) -> int:
@@ -64,12 +60,9 @@ def build_shards(source: str, vocab: str, output_dir: str, *, masking: str, max_
 def pipeline_config(shards: str, vocab: str, *, masking: str, max_seq_length: int,
                     max_predictions_per_seq: int, whole_word_mask: bool = False):
     """configs/pretrain.py's config with ``data`` pointed at the shards."""
-    if not PRETRAIN_CONFIG.is_file():
-        raise FileNotFoundError(f"{PRETRAIN_CONFIG}: run the benchmark from a checkout of the repository")
-    spec = importlib.util.spec_from_file_location("pretrain_config", PRETRAIN_CONFIG)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    config = module.get_config(f"masking={masking}")
+    from bert_jax.config_args import load_config_file
+
+    config = load_config_file("pretrain", f"masking={masking}")
     config.data.update(input=shards, vocab=vocab, max_seq_length=max_seq_length,
                        max_predictions_per_seq=max_predictions_per_seq, whole_word_mask=whole_word_mask)
     return config
