@@ -8,6 +8,7 @@ r"""Speed and memory of one BERT pre-training step (MLM + NSP), the step the tra
     python -m bert_jax.benchmark --size large --seq_len 512 --batch_size 16 --memory_only
     python -m bert_jax.benchmark --size large --seq_len 512 --find_max_batch --memory_gb 16,40,80
     python -m bert_jax.benchmark --compare hf-torch,hf-flax --size base --seq_len 128 --batch_size 8
+    python -m bert_jax.benchmark --size base --batch_size 8 --variant "--rng_impl rbg" --variant "--noscan"
 
 It jits the real `bert_jax.train_step.train_step` for ``BertForPreTraining`` (MLM + NSP) as
 `bert_jax.trainer` does (``configs/pretrain.py``'s optimizer and sharding rules, a ('data', 'fsdp',
@@ -29,11 +30,15 @@ of ``--memory_gb`` GiB, so it works on a CPU for any model size (a CPU compile a
 or TPU's buffer assignment; it keeps bfloat16 no smaller than float32).
 
 Each result is appended as one JSON line to ``--output`` (default ``benchmark_results.jsonl`` in
-the working directory); ``--json`` prints that line instead of the summary.
+the working directory); ``--json`` prints that line instead of the summary. ``--profile DIR``
+traces one more step with ``jax.profiler`` (TensorBoard/xprof files and a Perfetto
+``*.trace.json.gz``) to see where the step's time goes.
 
 ``--compare hf-torch,hf-flax`` times Hugging Face's BertForPreTraining (PyTorch) and
 FlaxBertForPreTraining on the same shapes in the same run, taking turns with ours
-(bert_jax/benchmark_compare.py; needs ``pip install -e '.[bench]'``).
+(bert_jax/benchmark_compare.py; needs ``pip install -e '.[bench]'``). ``--variant "FLAGS"``
+(repeatable) times our step again with FLAGS added to the command line, in the same turns: the
+way to measure a lever's before/after on a machine whose speed drifts between runs.
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ import itertools
 import json
 import math
 import os
+import shlex
+import sys
 import time
 
 import jax
@@ -77,7 +84,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--attention_dropout", type=float, default=0.1,
                    help="the paper's 0.1 forces the explicit attention path; 0 allows the fused one")
     p.add_argument("--rng_impl", default="threefry2x32", choices=("threefry2x32", "philox4x32", "rbg", "unsafe_rbg"),
-                   help="PRNG of the dropout keys (config.rng_impl); rbg is cheaper to draw from")
+                   help="PRNG of the dropout keys (config.rng_impl)")
     p.add_argument("--max_predictions", type=int, default=None, help="P (default: 5/32 of seq_len)")
     p.add_argument("--vocab_size", type=int, default=30522)
     p.add_argument("--mesh", default=None,
@@ -91,22 +98,45 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--compare", default="", metavar="hf-torch,hf-flax",
                    help="also time these reference implementations, taking turns with ours")
     p.add_argument("--compare_block", type=int, default=5, help="--compare: steps per turn of each implementation")
+    p.add_argument("--variant", action="append", default=[], metavar='"--FLAG VALUE ..."',
+                   help="also time our step with these flags added, taking turns (repeatable)")
     p.add_argument("--torch_threads", type=int, default=2, help="--compare: torch.set_num_threads")
+    p.add_argument("--profile", default="", metavar="DIR",
+                   help="after the timed steps, trace one more step with jax.profiler into DIR")
     p.add_argument("--json", action="store_true", help="print the JSON line instead of a summary")
     p.add_argument("--output", default="benchmark_results.jsonl", help="JSON lines appended here ('' = none)")
+    argv, given = [], list(sys.argv[1:] if argv is None else argv)
+    while given:  # "--variant --noscan" as one value: argparse would read two flags
+        x = given.pop(0)
+        argv.append(f"--variant={given.pop(0)}" if x == "--variant" and given else x)
     args = p.parse_args(argv)
     if args.max_predictions is None:
         args.max_predictions = max(1, round(args.seq_len * 5 / 32))  # the paper's 20 at 128, 80 at 512
     args.compare = [x for x in args.compare.split(",") if x]
     if args.mesh is None:
         args.mesh = "1,1,1" if args.compare else "-1,1,1"
-    if args.compare:
+    args.variants = [(v, variant_args(p, argv, v)) for v in args.variant]
+    if args.compare or args.variants:
         from bert_jax.benchmark_compare import check_args
 
         check_args(p, args)
     if args.sweep:
         args.batch_size = [2**k for k in range(3, max(args.batch_size).bit_length()) if 2**k <= max(args.batch_size)]
     return args
+
+
+SHAPE_FLAGS = ("--size", "--seq_len", "--batch_size", "--sweep", "--max_predictions", "--vocab_size", "--mesh")
+
+
+def variant_args(parser, argv: list[str], variant: str) -> argparse.Namespace:
+    """The arguments of ``--variant variant``: ``argv`` with the variant's flags added (they win)."""
+    extra = shlex.split(variant)
+    flags = {x.split("=")[0] for x in extra if x.startswith("--")}
+    clash = sorted(flags & {*SHAPE_FLAGS, "--variant", "--compare", "--memory_only", "--find_max_batch"})
+    if clash or not flags:
+        parser.error(f"--variant {variant!r}: expected flags that change how the step runs (e.g. '--rng_impl rbg'), "
+                     f"not the shapes or the mode; {', '.join(clash) or 'no flag'} given")
+    return parse_args([x for x in argv if not x.startswith("--variant=")] + extra)
 
 
 class Bench:
@@ -203,6 +233,9 @@ def time_steps(bench: Bench, compiled, batch_size: int) -> tuple[list[float], fl
         metrics = step()
         if i >= a.warmup:
             times.append(time.perf_counter() - t)
+    if a.profile:  # one more step, traced: open in TensorBoard's profile plugin, Perfetto or xprof
+        with jax.profiler.trace(a.profile, create_perfetto_trace=True):
+            metrics = step()
     return times, float(metrics["loss"])
 
 
@@ -262,9 +295,10 @@ def summary(r: dict) -> str:
 def main(argv=None) -> list[dict]:
     args = parse_args(argv)
     compare = None
-    if args.compare:  # the reference implementations need the optional 'bench' packages: check before compiling
+    if args.compare or args.variants:
         from bert_jax import benchmark_compare as compare
 
+    if args.compare:  # the references need the optional 'bench' packages: check before compiling
         try:
             compare.load_libraries(args.compare)
         except compare.MissingDependencies as e:

@@ -56,14 +56,17 @@ IMPLEMENTATIONS = ("hf-torch", "hf-flax")
 
 
 def check_args(parser, args) -> None:
-    """``parser.error`` unless ``args`` (``--compare`` given) describe a comparison we can run."""
+    """``parser.error`` unless ``args`` (``--compare`` or ``--variant`` given) describe a comparison we can run."""
     unknown = sorted(set(args.compare) - set(IMPLEMENTATIONS))
     if unknown:
         parser.error(f"--compare {','.join(unknown)}: expected a comma list of {', '.join(IMPLEMENTATIONS)}")
     if args.memory_only or args.find_max_batch:
-        parser.error("--compare times steps: it does not go with --memory_only or --find_max_batch")
-    if args.dtype != "float32":
-        parser.error("--compare runs every implementation in float32: leave --dtype at float32")
+        parser.error("--compare and --variant time steps: they do not go with --memory_only or --find_max_batch")
+    if not args.compare:
+        return
+    for a in [args, *(v for _, v in getattr(args, "variants", []))]:
+        if a.dtype != "float32":
+            parser.error("--compare runs every implementation in float32: leave --dtype at float32")
     if math.prod(int(x) for x in args.mesh.split(",")) != 1:
         parser.error(f"--compare runs on one device (the references know no mesh): --mesh {args.mesh} is not 1,1,1")
 
@@ -127,11 +130,14 @@ def hf_batch(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             "next_sentence_label": batch["next_sentence_labels"][:, 0]}  # (B,)
 
 
-def ours(bench, batch_size: int, peak) -> Impl:
+def ours(bench, batch_size: int, peak, variant: str = "") -> Impl:
     compiled, lower_s, compile_s = bench.compile(batch_size)
     step = bench.stepper(compiled, batch_size)
     a = bench.args
-    return Impl("ours", "bert_jax train_step", jax.devices()[0].platform, lambda: step()["loss"],
+    name, label = ("ours", "bert_jax train_step")
+    if variant:
+        name, label = f"ours {variant}", f"bert_jax train_step with {variant}"
+    return Impl(name, label, jax.devices()[0].platform, lambda: step()["loss"],
                 lower_s + compile_s, pretraining_flops(bench.cfg, batch_size, a.seq_len, a.max_predictions),
                 "gathered", peak)
 
@@ -245,13 +251,18 @@ def alternate(impls: list[Impl], warmup: int, steps: int, block: int) -> dict[st
 
 
 def compare(bench, batch_size: int) -> dict:
-    """Times ours and the ``--compare`` implementations on ``batch_size``; one "compare" result."""
+    """Times ours, our ``--variant``s and the ``--compare`` implementations on ``batch_size``; one
+    "compare" result."""
+    from bert_jax.benchmark import Bench
+
     a = bench.args
-    libs = load_libraries(a.compare)
-    peak = device_peak("float32", 1)
+    libs = load_libraries(a.compare) if a.compare else {}
+    peak = device_peak(a.dtype, bench.mesh.devices.size)
     data = bench.data(batch_size)
     batches = [next(data) for _ in range(4)]  # the four batches ours cycles through
     impls = [ours(bench, batch_size, peak)]
+    impls += [ours(Bench(v), batch_size, peak if v.dtype == a.dtype else device_peak(v.dtype, bench.mesh.devices.size),
+                   name) for name, v in a.variants]
     builders = {"hf-torch": hf_torch, "hf-flax": hf_flax}  # IMPLEMENTATIONS
     impls += [builders[n](bench, libs, batches, peak) for n in a.compare]
     timed = alternate(impls, max(a.warmup, 1), a.steps, max(a.compare_block, 1))
@@ -276,22 +287,23 @@ def compare(bench, batch_size: int) -> dict:
     versions = {k: v.__version__ for k, v in libs.items()}
     return {"mode": "compare", **bench.describe(batch_size), **{f"{k}_version": v for k, v in versions.items()},
             "steps": a.steps, "warmup": max(a.warmup, 1), "compare_block": max(a.compare_block, 1),
-            "torch_threads": a.torch_threads if "hf-torch" in a.compare else None,
+            "torch_threads": a.torch_threads if "hf-torch" in a.compare else None, "variants": a.variant,
             "flops_formula": FORMULA, "dense_mlm_head": "P = S", "implementations": rows,
             "ratio_tokens_per_s": {r["name"]: r["ours_over_theirs"] for r in rows[1:]}}
 
 
 def summary(r: dict) -> str:
+    w = max(14, *(len(x["name"]) for x in r["implementations"]))
     lines = [f"compare: BERT-{r['size']} ({r['num_params'] / 1e6:.1f}M params) seq_len {r['seq_len']} batch "
              f"{r['batch_size']} P {r['max_predictions']} {r['dtype']} on {r['device_kind']} (load "
              f"{r['load_average'][0]}); {r['steps']} timed steps each, in turns of {r['compare_block']} after "
              f"{r['warmup']} warm-up",
-             f"  {'implementation':<10} {'device':<6} {'compile':>8} {'median':>10} {'min':>10} {'tokens/s':>10} "
-             f"{'MLM head':>9} {'GFLOP/step':>11} {'MFU':>6} {'ours/theirs':>12}  loss first -> last"]
+             f"  {'implementation':<{w}} {'device':<6} {'compile':>8} {'median':>10} {'min':>10} {'tokens/s':>10} "
+             f"{'MLM head':>9} {'GFLOP/step':>11} {'MFU':>6} {'ours/row':>12}  loss first -> last"]
     for x in r["implementations"]:
         compile_s = "-" if x["compile_s"] is None else f"{x['compile_s']:.1f} s"
         mfu = "-" if x["mfu"] is None else f"{100 * x['mfu']:.1f}%"
-        lines.append(f"  {x['name']:<10} {x['device']:<6} {compile_s:>8} {x['step_time_median_s'] * 1e3:>7.1f} ms "
+        lines.append(f"  {x['name']:<{w}} {x['device']:<6} {compile_s:>8} {x['step_time_median_s'] * 1e3:>7.1f} ms "
                      f"{x['step_time_min_s'] * 1e3:>7.1f} ms {x['tokens_per_s']:>10.0f} {x['mlm_head']:>9} "
                      f"{x['model_flops_per_step'] / 1e9:>11.2f} {mfu:>6} {x['ours_over_theirs']:>12.2f}  "
                      f"{x['loss_first']} -> {x['loss_last']}")

@@ -34,8 +34,9 @@ def get_config(arg=None):
     c = ml_collections.ConfigDict()
     c.seed = 0
     # PRNG of the dropout keys (seed folded with the step). threefry2x32: the same masks on every
-    # mesh; rbg: XLA's RngBitGenerator, ~15% faster BERT-base steps on CPU (docs/benchmarks.md), masks
-    # may differ between mesh shapes. Not part of checkpoints: it can change between runs.
+    # mesh; rbg: XLA's RngBitGenerator (what TPU codebases use for speed; no measurable difference on
+    # the 2-core CPU, docs/benchmarks.md), masks may differ between mesh shapes. Not part of
+    # checkpoints: it can change between runs.
     c.rng_impl = "threefry2x32"
     c.objective = args.objective
     c.multihost = False  # True on multi-host TPU pod slices: jax.distributed.initialize()

@@ -62,7 +62,8 @@ def test_largest_fitting_search():
 
 def test_benchmark_runs_tiny_model_and_writes_json(tmp_path):
     out = tmp_path / "results.jsonl"
-    (r,) = benchmark.main([*TINY, "--batch_size", "4", "--steps", "2", "--warmup", "1", "--output", str(out)])
+    (r,) = benchmark.main([*TINY, "--batch_size", "4", "--steps", "2", "--warmup", "1", "--output", str(out),
+                           "--profile", str(tmp_path / "trace")])
     for key in ("compile_s", "step_time_median_s", "step_time_min_s", "sequences_per_s", "tokens_per_s",
                 "model_flops_per_step", "achieved_flops_per_s", "peak_flops_per_s", "mfu"):
         assert r[key] > 0, key
@@ -71,6 +72,7 @@ def test_benchmark_runs_tiny_model_and_writes_json(tmp_path):
     assert "explicit" in r["attention_path"]  # attention dropout 0.1 needs the probabilities
     line = json.loads(out.read_text().splitlines()[-1])
     assert line["mode"] == "train_step" and line["batch_size"] == 4
+    assert list((tmp_path / "trace").rglob("*.trace.json.gz"))  # --profile: one traced step
 
 
 def test_memory_only_compiles_without_running(tmp_path):
@@ -81,6 +83,34 @@ def test_memory_only_compiles_without_running(tmp_path):
     assert r["memory"]["estimate_bytes"] > r["memory"]["temp_bytes"] > 0
     assert r["attention_path"].startswith("jax.nn.dot_product_attention")
     assert json.loads(out.read_text())["memory"] == r["memory"]
+
+
+def test_variants_take_turns_with_our_step(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "transformers", None)  # variants alone need no 'bench' extra
+    out = tmp_path / "v.jsonl"
+    (r,) = benchmark.main([*TINY, "--batch_size", "2", "--steps", "2", "--warmup", "1", "--compare_block", "1",
+                           "--variant", "--rng_impl rbg --attention_dropout 0", "--output", str(out)])
+    assert r["mode"] == "compare" and r["variants"] == ["--rng_impl rbg --attention_dropout 0"]
+    names = [x["name"] for x in r["implementations"]]
+    assert names == ["ours", "ours --rng_impl rbg --attention_dropout 0"]
+    for x in r["implementations"]:
+        assert x["step_time_median_s"] > 0 and x["loss_last"] > 0
+        assert x["model_flops_per_step"] == r["implementations"][0]["model_flops_per_step"]  # same work
+    assert set(r["ratio_tokens_per_s"]) == set(names[1:])
+    assert json.loads(out.read_text())["implementations"] == r["implementations"]
+
+
+def test_variant_arguments(capsys):
+    args = benchmark.parse_args(["--size", "tiny", "--variant", "--noscan", "--variant=--rng_impl rbg", "--output", ""])
+    (n1, v1), (n2, v2) = args.variants
+    assert (n1, v1.scan, v1.rng_impl, v1.size, v1.output) == ("--noscan", False, "threefry2x32", "tiny", "")
+    assert (n2, v2.scan, v2.rng_impl) == ("--rng_impl rbg", True, "rbg")
+    for argv, message in [(["--variant", "--seq_len 64"], "not the shapes or the mode; --seq_len"),
+                          (["--variant", "rbg"], "no flag"),
+                          (["--variant", "--noscan", "--memory_only"], "do not go with")]:
+        with pytest.raises(SystemExit):
+            benchmark.parse_args(argv)
+        assert message in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv", [["--batch_size", "3", "--mesh", "2,1,1"]])
@@ -124,7 +154,7 @@ def test_compare_without_the_bench_extra_says_how_to_install_it(monkeypatch):
 
 def test_compare_argument_errors(capsys):
     for argv, message in [(["--compare", "hf-jax"], "expected a comma list"),
-                          (["--compare", "hf-flax", "--memory_only"], "does not go with"),
+                          (["--compare", "hf-flax", "--memory_only"], "do not go with"),
                           (["--compare", "hf-flax", "--dtype", "bfloat16"], "float32"),
                           (["--compare", "hf-flax", "--mesh", "2,1,1"], "one device")]:
         with pytest.raises(SystemExit):
