@@ -16,8 +16,10 @@ It jits the real `bert_jax.train_step.train_step` for ``BertForPreTraining`` (ML
 (P = ``--max_predictions``: 20 at length 128, 80 at 512), runs ``--warmup`` steps, then times
 ``--steps`` steps one by one (each waits for its outputs; the input is already on the device).
 
-Reported: compile time (lower + compile), step time (median, min), sequences/s, tokens/s (B·S per
-step, padding included), model FLOPs per step (bert_jax/flops.py)
+Reported: compile time (lower + compile), step time (median, min), rows/s, tokens/s (B·S per
+step, padding included) and real tokens/s (the synthetic examples' lengths: uniform in [S/2, S],
+or ``--short_seq_prob``'s recipe; ``--packing K`` puts up to K examples in a row, with
+segment-aware attention), model FLOPs per step (bert_jax/flops.py)
 
     6·B·[S·L·(4H² + 2H·I) + P·(H² + H·V)] + 12·L·B·S²·H
 
@@ -63,6 +65,7 @@ from bert_jax.config import BertConfig, count_params
 from bert_jax.config_args import load_config_file
 from bert_jax.flops import FORMULA, dense_mlm_flops, device_peak, pretraining_flops
 from bert_jax.optim import make_optimizer
+from input_pipeline.packing import PackedBatches
 from input_pipeline.synthetic import SyntheticBatches
 
 
@@ -86,6 +89,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--rng_impl", default="threefry2x32", choices=("threefry2x32", "philox4x32", "rbg", "unsafe_rbg"),
                    help="PRNG of the dropout keys (config.rng_impl)")
     p.add_argument("--max_predictions", type=int, default=None, help="P (default: 5/32 of seq_len)")
+    p.add_argument("--short_seq_prob", type=float, default=None,
+                   help="synthetic example lengths: with this probability uniform in [2, S], else S (the "
+                        "pre-training recipe's 0.1); default: uniform in [S/2, S]")
+    p.add_argument("--packing", type=int, default=0, metavar="K",
+                   help="pack up to K synthetic examples per row (segment-aware attention); 0 = one per row")
     p.add_argument("--vocab_size", type=int, default=30522)
     p.add_argument("--mesh", default=None,
                    help="(data, fsdp, tensor); -1 = the remaining devices (default -1,1,1; 1,1,1 with --compare)")
@@ -125,7 +133,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-SHAPE_FLAGS = ("--size", "--seq_len", "--batch_size", "--sweep", "--max_predictions", "--vocab_size", "--mesh")
+SHAPE_FLAGS = ("--size", "--seq_len", "--batch_size", "--sweep", "--max_predictions", "--vocab_size", "--mesh",
+               "--short_seq_prob")  # what must be the same for every variant: the work and the data
 
 
 def variant_args(parser, argv: list[str], variant: str) -> argparse.Namespace:
@@ -169,9 +178,19 @@ class Bench:
         self.compiler_options = {k: json.loads(v) if v[:1].isdigit() or v in ("true", "false") else v
                                  for k, _, v in (o.partition("=") for o in args.xla_option)}
 
-    def data(self, batch_size: int) -> SyntheticBatches:
-        return SyntheticBatches(batch_size=batch_size, seq_len=self.args.seq_len,
-                                max_predictions=self.args.max_predictions, vocab_size=self.cfg.vocab_size)
+    def data(self, batch_size: int, packed: bool = True):
+        """Synthetic batches of ``batch_size`` rows; with ``--packing K`` (and ``packed``) each row
+        packs up to K of the synthetic examples (input_pipeline/packing.py)."""
+        k = self.args.packing if packed else 0
+        examples = SyntheticBatches(batch_size=batch_size * max(k, 1), seq_len=self.args.seq_len,
+                                    max_predictions=self.args.max_predictions, vocab_size=self.cfg.vocab_size,
+                                    short_seq_prob=self.args.short_seq_prob)
+        return PackedBatches(examples, batch_size, max_examples=k) if k else examples
+
+    def real_tokens(self, batch_size: int, num_batches: int = 4) -> float:
+        """Mean real (not padding) tokens per step over the batches the stepper cycles through."""
+        data = self.data(batch_size)
+        return float(np.mean([next(data)["input_mask"].sum() for _ in range(num_batches)]))
 
     def compile(self, batch_size: int):
         """(compiled step, lower seconds, compile seconds), from shapes only."""
@@ -255,6 +274,8 @@ def run_one(bench: Bench, batch_size: int) -> dict:
         "steps": a.steps, "warmup": a.warmup, "step_time_median_s": round(median, 5),
         "step_time_min_s": round(best, 5), "sequences_per_s": round(batch_size / median, 2),
         "tokens_per_s": round(batch_size * a.seq_len / median, 1), "loss": round(loss, 4),
+        "real_tokens_per_step": bench.real_tokens(batch_size),
+        "real_tokens_per_s": round(bench.real_tokens(batch_size) / median, 1),
         "model_flops_per_step": flops, "flops_formula": FORMULA,
         "model_flops_dense_mlm_head": dense_mlm_flops(bench.cfg, batch_size, a.seq_len),
         "achieved_flops_per_s": round(flops / median), "peak_flops_per_s": round(peak), "peak_source": source,
@@ -284,7 +305,8 @@ def summary(r: dict) -> str:
     if r["mode"] == "train_step":
         lines += [f"  step: median {r['step_time_median_s'] * 1e3:.1f} ms, min {r['step_time_min_s'] * 1e3:.1f} ms "
                   f"over {r['steps']} steps ({r['warmup']} warm-up); loss {r['loss']}",
-                  f"  throughput: {r['sequences_per_s']:.1f} sequences/s, {r['tokens_per_s']:.0f} tokens/s",
+                  f"  throughput: {r['sequences_per_s']:.1f} rows/s, {r['tokens_per_s']:.0f} tokens/s, "
+                  f"{r['real_tokens_per_s']:.0f} real (not padding) tokens/s ({r['real_tokens_per_step']:.0f} a step)",
                   f"  model FLOPs/step: {r['model_flops_per_step'] / 1e9:.1f} G  ({r['flops_formula']}; "
                   f"{r['model_flops_dense_mlm_head'] / 1e9:.1f} G with a dense MLM head)",
                   f"  achieved: {r['achieved_flops_per_s'] / 1e12:.4f} TFLOP/s; MFU {100 * r['mfu']:.1f}% of "

@@ -30,6 +30,21 @@ def padding_mask(input_mask: jax.Array) -> jax.Array:
     return (input_mask > 0)[:, None, None, :]
 
 
+def packed_mask(example_ids: jax.Array) -> jax.Array:
+    """Several examples packed in one row: example_ids [batch, length] (1, 2, ... per example, 0 =
+    padding) → bool [batch, 1, length, length]: a token attends to the real tokens of its own example."""
+    same = example_ids[:, None, :, None] == example_ids[:, None, None, :]  # [batch, 1, query, key]
+    return same & (example_ids > 0)[:, None, None, :]
+
+
+def packed_positions(example_ids: jax.Array) -> jax.Array:
+    """[batch, length] example ids → [batch, length] positions that restart at 0 with each example."""
+    pos = jnp.broadcast_to(jnp.arange(example_ids.shape[-1]), example_ids.shape)  # [batch, length]
+    previous = jnp.pad(example_ids[:, :-1], ((0, 0), (1, 0)), constant_values=-1)  # [batch, length]
+    start = jax.lax.cummax(jnp.where(example_ids != previous, pos, 0), axis=1)  # [batch, length]
+    return pos - start
+
+
 def remat_policy(name: str):
     """None for no remat, else a ``jax.checkpoint`` policy ("full" saves nothing)."""
     if name == "none":
@@ -122,7 +137,13 @@ class BertEncoder(nnx.Module):
         if output_hidden_states:
             # [layers + 1, batch, length, embed]
             hidden_states = jnp.concatenate([embedding_output[None], hiddens], axis=0)
-        pooled = None
-        if self.pooler is not None:
-            pooled = jnp.tanh(self.pooler(x[:, 0]))  # [batch, embed]
+        pooled = None if self.pooler is None else self.pool(x)  # [batch, embed]
         return EncoderOutput(x, pooled, hidden_states, probs if output_attentions else None)
+
+    def pool(self, sequence_output, positions=None):
+        """tanh(dense(the [CLS] vectors)): sequence_output [batch, length, embed] → [batch, embed]
+        from position 0, or → [batch, K, embed] from ``positions`` [batch, K] (packed rows)."""
+        if positions is None:
+            return jnp.tanh(self.pooler(sequence_output[:, 0]))  # [batch, embed]
+        cls = jnp.take_along_axis(sequence_output, positions[..., None], axis=1)  # [batch, K, embed]
+        return jnp.tanh(self.pooler(cls))  # [batch, K, embed]

@@ -9,7 +9,7 @@ import jax
 from flax import nnx
 
 from bert_jax.config import BertConfig
-from bert_jax.encoder import BertEncoder, EncoderOutput
+from bert_jax.encoder import BertEncoder, EncoderOutput, packed_mask, packed_positions
 from bert_jax.heads import ClassificationHead, MaskedLMHead, SpanHead
 
 OBJECTIVES = ("nsp", "sop", "none")
@@ -17,7 +17,7 @@ OBJECTIVES = ("nsp", "sop", "none")
 
 class PreTrainingOutput(NamedTuple):
     mlm_logits: jax.Array  # [batch, P, vocab] (P = all positions when none are given)
-    nsp_logits: jax.Array | None  # [batch, 2]; None for the "none" objective
+    nsp_logits: jax.Array | None  # [batch, 2] ([batch, K, 2] packed); None for the "none" objective
     encoder: EncoderOutput
 
 
@@ -35,12 +35,20 @@ class BertForPreTraining(nnx.Module):
         self.mlm = MaskedLMHead(cfg, rngs=rngs)
         self.nsp = None if objective == "none" else ClassificationHead(cfg, 2, rngs=rngs, dropout=False)
 
-    def __call__(self, input_ids, input_mask, segment_ids, masked_lm_positions=None, *,
-                 deterministic=True, rngs=None, **encoder_kw) -> PreTrainingOutput:
+    def __call__(self, input_ids, input_mask, segment_ids, masked_lm_positions=None, *, example_ids=None,
+                 cls_positions=None, deterministic=True, rngs=None, **encoder_kw) -> PreTrainingOutput:
+        """Packed rows (several examples in one row, no attention between them): ``example_ids``
+        [batch, length] (1, 2, ... per example, 0 = padding) and ``cls_positions`` [batch, K], the
+        start of each example, whose NSP/SOP logits come out as [batch, K, 2]."""
+        if example_ids is not None:
+            encoder_kw.update(attention_mask=packed_mask(example_ids), position_ids=packed_positions(example_ids))
         enc = self.bert(input_ids, input_mask, segment_ids, deterministic=deterministic, rngs=rngs,
                         **encoder_kw)
         mlm = self.mlm(enc.sequence_output, self.bert.embeddings.word_embeddings, masked_lm_positions)
-        nsp = None if self.nsp is None else self.nsp(enc.pooled_output)
+        nsp = None
+        if self.nsp is not None:
+            pooled = enc.pooled_output if cls_positions is None else self.bert.pool(enc.sequence_output, cls_positions)
+            nsp = self.nsp(pooled)  # [batch, 2] or [batch, K, 2]
         return PreTrainingOutput(mlm, nsp, enc)
 
 

@@ -23,6 +23,10 @@ from bert_jax.models import BertForPreTraining
 
 BATCH_KEYS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
               "masked_lm_weights", "next_sentence_labels")
+# Packed rows (several examples per row) add: example_ids [batch, length] (1, 2, ... per example,
+# 0 = padding), cls_positions [batch, K] and nsp_weights [batch, K] (1 = a real example); their
+# next_sentence_labels are [batch, K].
+PACKED_KEYS = ("example_ids", "cls_positions", "nsp_weights")
 
 
 @flax.struct.dataclass
@@ -75,22 +79,25 @@ def pretraining_losses(out, batch) -> dict[str, jax.Array]:
     correct = (jnp.argmax(logits, -1) == labels) * weights  # [batch, P]
     m = {"mlm_loss_sum": (ce * weights).sum(), "mlm_correct": correct.sum(), "mlm_weight": total_weight}
     if out.nsp_logits is not None:
-        nsp_labels = batch["next_sentence_labels"].reshape(-1)  # [batch]
-        nsp_ce = optax.softmax_cross_entropy_with_integer_labels(out.nsp_logits, nsp_labels)  # [batch]
-        m["nsp_loss_sum"] = nsp_ce.sum()
-        m["nsp_correct"] = (jnp.argmax(out.nsp_logits, -1) == nsp_labels).sum().astype(jnp.float32)
-        m["examples"] = jnp.asarray(nsp_labels.shape[0], jnp.float32)
+        nsp_logits = out.nsp_logits.reshape(-1, 2)  # [examples, 2]
+        nsp_labels = batch["next_sentence_labels"].reshape(-1)  # [examples]: [batch] or [batch·K] packed
+        w = batch["nsp_weights"].reshape(-1) if "nsp_weights" in batch else jnp.ones(nsp_labels.shape, jnp.float32)
+        nsp_ce = optax.softmax_cross_entropy_with_integer_labels(nsp_logits, nsp_labels)  # [examples]
+        m["nsp_loss_sum"] = (nsp_ce * w).sum()
+        m["nsp_correct"] = ((jnp.argmax(nsp_logits, -1) == nsp_labels) * w).sum()
+        m["examples"] = w.sum()
     return m
 
 
 def _loss(params, graphdef, batch, rng, deterministic: bool):
     model = nnx.merge(graphdef, params)
+    packed = {k: batch[k] for k in ("example_ids", "cls_positions") if k in batch}
     out = model(batch["input_ids"], batch["input_mask"], batch["segment_ids"], batch["masked_lm_positions"],
-                deterministic=deterministic, rngs=None if deterministic else nnx.Rngs(dropout=rng))
+                deterministic=deterministic, rngs=None if deterministic else nnx.Rngs(dropout=rng), **packed)
     m = pretraining_losses(out, batch)
     loss = m["mlm_loss_sum"] / jnp.maximum(m["mlm_weight"], 1e-5)
     if "nsp_loss_sum" in m:
-        loss = loss + m["nsp_loss_sum"] / m["examples"]
+        loss = loss + m["nsp_loss_sum"] / jnp.maximum(m["examples"], 1e-5)
     return loss, m
 
 
@@ -99,8 +106,8 @@ def summarize(m: dict[str, jax.Array]) -> dict[str, jax.Array]:
     out = {"mlm_loss": m["mlm_loss_sum"] / jnp.maximum(m["mlm_weight"], 1e-5),
            "mlm_accuracy": m["mlm_correct"] / jnp.maximum(m["mlm_weight"], 1e-5)}
     if "nsp_loss_sum" in m:
-        out["nsp_loss"] = m["nsp_loss_sum"] / m["examples"]
-        out["nsp_accuracy"] = m["nsp_correct"] / m["examples"]
+        out["nsp_loss"] = m["nsp_loss_sum"] / jnp.maximum(m["examples"], 1e-5)
+        out["nsp_accuracy"] = m["nsp_correct"] / jnp.maximum(m["examples"], 1e-5)
     out["loss"] = out["mlm_loss"] + out.get("nsp_loss", 0.0)
     return out
 

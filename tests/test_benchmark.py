@@ -89,10 +89,13 @@ def test_variants_take_turns_with_our_step(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "transformers", None)  # variants alone need no 'bench' extra
     out = tmp_path / "v.jsonl"
     (r,) = benchmark.main([*TINY, "--batch_size", "2", "--steps", "2", "--warmup", "1", "--compare_block", "1",
-                           "--variant", "--rng_impl rbg --attention_dropout 0", "--output", str(out)])
-    assert r["mode"] == "compare" and r["variants"] == ["--rng_impl rbg --attention_dropout 0"]
+                           "--short_seq_prob", "0.8", "--variant", "--packing 3 --rng_impl rbg --attention_dropout 0",
+                           "--output", str(out)])
+    assert r["mode"] == "compare" and r["variants"] == ["--packing 3 --rng_impl rbg --attention_dropout 0"]
     names = [x["name"] for x in r["implementations"]]
-    assert names == ["ours", "ours --rng_impl rbg --attention_dropout 0"]
+    assert names == ["ours", "ours --packing 3 --rng_impl rbg --attention_dropout 0"]
+    unpacked, packed = (x["real_tokens_per_step"] for x in r["implementations"])
+    assert 0 < unpacked < packed <= 2 * 32  # short examples leave padding, which packing fills
     for x in r["implementations"]:
         assert x["step_time_median_s"] > 0 and x["loss_last"] > 0
         assert x["model_flops_per_step"] == r["implementations"][0]["model_flops_per_step"]  # same work

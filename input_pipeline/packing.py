@@ -1,0 +1,88 @@
+"""Sequence packing: several pre-training examples in one row, so no FLOPs go to padding.
+
+`pack_examples` takes a batch of padded examples (DESIGN.md keys, each row one example with its
+own [CLS] ... [SEP]) and places them, first fit in order, into ``num_rows`` rows of the same
+length. The packed batch adds what the model needs to keep the examples apart
+(`bert_jax.models.BertForPreTraining` with ``example_ids`` and ``cls_positions``: attention only
+within an example, positions restarting at each example, NSP/SOP from each example's [CLS]):
+
+* ``example_ids`` [rows, length]: 1, 2, ... for the tokens of the row's 1st, 2nd, ... example, 0 = padding;
+* ``cls_positions`` [rows, K]: where each example starts; ``next_sentence_labels`` [rows, K];
+  ``nsp_weights`` [rows, K]: 1 for a real example, 0 for an empty slot;
+* ``masked_lm_positions`` / ``ids`` / ``weights`` [rows, P]: the examples' real predictions, moved
+  by their offsets and concatenated.
+
+An example goes into the first row with room for its tokens, its predictions and one more example;
+packing stops at the first example that fits in no row, so the examples used are a prefix.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def pack_examples(batch: dict[str, np.ndarray], num_rows: int, *, max_examples: int = 4,
+                  max_predictions: int | None = None) -> tuple[dict[str, np.ndarray], int]:
+    """(packed batch of ``num_rows`` rows, number of examples of ``batch`` used: its first n)."""
+    ids = np.asarray(batch["input_ids"])  # [examples, length]
+    n, length = ids.shape
+    mask = np.asarray(batch["input_mask"])  # [examples, length]
+    lengths = mask.sum(1).astype(int)  # [examples]
+    weights = np.asarray(batch["masked_lm_weights"])  # [examples, P]
+    p = weights.shape[1] if max_predictions is None else max_predictions
+    if np.any(np.diff(mask, axis=1) > 0):
+        raise ValueError("pack_examples expects right-padded examples (input_mask 1...1 0...0)")
+    out = {
+        "input_ids": np.zeros((num_rows, length), ids.dtype),
+        "input_mask": np.zeros((num_rows, length), np.int32),
+        "segment_ids": np.zeros((num_rows, length), np.int32),
+        "example_ids": np.zeros((num_rows, length), np.int32),
+        "masked_lm_positions": np.zeros((num_rows, p), np.int32),
+        "masked_lm_ids": np.zeros((num_rows, p), np.int32),
+        "masked_lm_weights": np.zeros((num_rows, p), np.float32),
+        "next_sentence_labels": np.zeros((num_rows, max_examples), np.int32),
+        "cls_positions": np.zeros((num_rows, max_examples), np.int32),
+        "nsp_weights": np.zeros((num_rows, max_examples), np.float32),
+    }
+    used_tokens = np.zeros(num_rows, int)  # [rows]
+    used_preds = np.zeros(num_rows, int)  # [rows]
+    count = np.zeros(num_rows, int)  # [rows] examples in each row
+    labels = np.asarray(batch["next_sentence_labels"]).reshape(n, -1)[:, 0]  # [examples]
+    for i in range(n):
+        real = np.nonzero(weights[i] > 0)[0]  # this example's real predictions
+        fits = (used_tokens + lengths[i] <= length) & (used_preds + len(real) <= p) & (count < max_examples)
+        if lengths[i] == 0 or not fits.any():
+            return out, i
+        r = int(np.argmax(fits))  # the first row with room
+        start, k, q = int(used_tokens[r]), int(count[r]), int(used_preds[r])
+        end = start + lengths[i]
+        for key in ("input_ids", "input_mask", "segment_ids"):
+            out[key][r, start:end] = np.asarray(batch[key])[i, : lengths[i]]
+        out["example_ids"][r, start:end] = k + 1
+        out["masked_lm_positions"][r, q : q + len(real)] = np.asarray(batch["masked_lm_positions"])[i, real] + start
+        out["masked_lm_ids"][r, q : q + len(real)] = np.asarray(batch["masked_lm_ids"])[i, real]
+        out["masked_lm_weights"][r, q : q + len(real)] = weights[i, real]
+        out["next_sentence_labels"][r, k] = labels[i]
+        out["cls_positions"][r, k] = start
+        out["nsp_weights"][r, k] = 1.0
+        used_tokens[r], used_preds[r], count[r] = end, q + len(real), k + 1
+    return out, n
+
+
+class PackedBatches:
+    """Packed batches of ``rows`` rows from an iterator of padded example batches (e.g.
+    `input_pipeline.synthetic.SyntheticBatches` of ``rows * max_examples`` examples): each packed
+    batch is made from one example batch, whatever does not fit is dropped. For benchmarks and
+    tests; it has no ``state()``/``restore()`` for exact resumption."""
+
+    def __init__(self, examples, rows: int, *, max_examples: int, max_predictions: int | None = None):
+        self.examples, self.rows = examples, rows
+        self.max_examples, self.max_predictions = max_examples, max_predictions
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        packed, _ = pack_examples(next(self.examples), self.rows, max_examples=self.max_examples,
+                                  max_predictions=self.max_predictions)
+        return packed
