@@ -38,9 +38,9 @@ traces one more step with ``jax.profiler`` (TensorBoard/xprof files and a Perfet
 
 ``--compare hf-torch,hf-flax`` times Hugging Face's BertForPreTraining (PyTorch) and
 FlaxBertForPreTraining on the same shapes in the same run, taking turns with ours
-(bert_jax/benchmark_compare.py; needs ``pip install -e '.[bench]'``). ``--variant "FLAGS"``
-(repeatable) times our step again with FLAGS added to the command line, in the same turns: the
-way to measure a lever's before/after on a machine whose speed drifts between runs.
+(bert_jax/benchmark_compare.py, bert_jax/benchmark_hf.py; needs ``pip install -e '.[bench]'``).
+``--variant "FLAGS"`` (repeatable) times our step again with FLAGS added to the command line, in
+the same turns: the way to measure a lever's before/after on a machine whose speed drifts.
 """
 
 from __future__ import annotations
@@ -321,9 +321,11 @@ def main(argv=None) -> list[dict]:
         from bert_jax import benchmark_compare as compare
 
     if args.compare:  # the references need the optional 'bench' packages: check before compiling
+        from bert_jax.benchmark_hf import MissingDependencies, load_libraries
+
         try:
-            compare.load_libraries(args.compare)
-        except compare.MissingDependencies as e:
+            load_libraries(args.compare)
+        except MissingDependencies as e:
             raise SystemExit(f"error: {e}") from None
     bench = Bench(args)
     results = []
