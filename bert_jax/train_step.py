@@ -23,10 +23,10 @@ from bert_jax.models import BertForPreTraining
 
 BATCH_KEYS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
               "masked_lm_weights", "next_sentence_labels")
-# Packed rows (several examples per row) add: example_ids [batch, length] (1, 2, ... per example,
-# 0 = padding), cls_positions [batch, K] and nsp_weights [batch, K] (1 = a real example); their
-# next_sentence_labels are [batch, K].
-PACKED_KEYS = ("example_ids", "cls_positions", "nsp_weights")
+# Packed rows (several examples per row, input_pipeline/packing.py) add the model's inputs
+# PACKED_KEYS: example_ids [batch, length] (1, 2, ... per example, 0 = padding) and cls_positions
+# [batch, K]; and nsp_weights [batch, K] (1 = a real example); their next_sentence_labels are [batch, K].
+PACKED_KEYS = ("example_ids", "cls_positions")
 
 
 @flax.struct.dataclass
@@ -91,7 +91,7 @@ def pretraining_losses(out, batch) -> dict[str, jax.Array]:
 
 def _loss(params, graphdef, batch, rng, deterministic: bool):
     model = nnx.merge(graphdef, params)
-    packed = {k: batch[k] for k in ("example_ids", "cls_positions") if k in batch}
+    packed = {k: batch[k] for k in PACKED_KEYS if k in batch}
     out = model(batch["input_ids"], batch["input_mask"], batch["segment_ids"], batch["masked_lm_positions"],
                 deterministic=deterministic, rngs=None if deterministic else nnx.Rngs(dropout=rng), **packed)
     m = pretraining_losses(out, batch)
