@@ -51,7 +51,6 @@ import itertools
 import json
 import math
 import os
-import shlex
 import sys
 import time
 
@@ -123,29 +122,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.compare = [x for x in args.compare.split(",") if x]
     if args.mesh is None:
         args.mesh = "1,1,1" if args.compare else "-1,1,1"
-    args.variants = [(v, variant_args(p, argv, v)) for v in args.variant]
-    if args.compare or args.variants:
-        from bert_jax.benchmark_compare import check_args
+    args.variants = []
+    if args.compare or args.variant:
+        from bert_jax.benchmark_compare import check_args, variant_args
 
+        args.variants = [(v, variant_args(p, argv, v)) for v in args.variant]
         check_args(p, args)
     if args.sweep:
         args.batch_size = [2**k for k in range(3, max(args.batch_size).bit_length()) if 2**k <= max(args.batch_size)]
     return args
 
 
-SHAPE_FLAGS = ("--size", "--seq_len", "--batch_size", "--sweep", "--max_predictions", "--vocab_size", "--mesh",
-               "--short_seq_prob")  # what must be the same for every variant: the work and the data
-
-
-def variant_args(parser, argv: list[str], variant: str) -> argparse.Namespace:
-    """The arguments of ``--variant variant``: ``argv`` with the variant's flags added (they win)."""
-    extra = shlex.split(variant)
-    flags = {x.split("=")[0] for x in extra if x.startswith("--")}
-    clash = sorted(flags & {*SHAPE_FLAGS, "--variant", "--compare", "--memory_only", "--find_max_batch"})
-    if clash or not flags:
-        parser.error(f"--variant {variant!r}: expected flags that change how the step runs (e.g. '--rng_impl rbg'), "
-                     f"not the shapes or the mode; {', '.join(clash) or 'no flag'} given")
-    return parse_args([x for x in argv if not x.startswith("--variant=")] + extra)
+def mean_real_tokens(batches: list[dict[str, np.ndarray]]) -> float:
+    """Mean real (not padding) tokens per batch."""
+    return float(np.mean([b["input_mask"].sum() for b in batches]))
 
 
 class Bench:
@@ -187,11 +177,6 @@ class Bench:
                                     short_seq_prob=self.args.short_seq_prob)
         return PackedBatches(examples, batch_size, max_examples=k) if k else examples
 
-    def real_tokens(self, batch_size: int, num_batches: int = 4) -> float:
-        """Mean real (not padding) tokens per step over the batches the stepper cycles through."""
-        data = self.data(batch_size)
-        return float(np.mean([next(data)["input_mask"].sum() for _ in range(num_batches)]))
-
     def compile(self, batch_size: int):
         """(compiled step, lower seconds, compile seconds), from shapes only."""
         shards = math.prod(self.mesh.shape[a] for a in ("data", "fsdp"))
@@ -209,13 +194,15 @@ class Bench:
     def stepper(self, compiled, batch_size: int, num_batches: int = 4):
         """A function running one step of ``compiled`` on the next of ``num_batches`` synthetic batches
         (already on the device) and waiting for it; it returns the step's metrics. The state is
-        initialised once (a compiled init), then carried in ``self.state`` across batch sizes."""
+        initialised once (a compiled init), then carried in ``self.state`` across batch sizes.
+        ``step.real_tokens``: the mean real (not padding) tokens of those batches."""
         if self.state is None:
             init = jax.jit(functools.partial(ts.init_state, self.cfg, self.objective, self.tx, 0),
                            out_shardings=self.shardings)
             self.state = init.lower().compile(compiler_options=self.compiler_options or None)()
         data = self.data(batch_size)
-        batches = [sh.global_batch(next(data), self.mesh, self.rules) for _ in range(num_batches)]
+        host = [next(data) for _ in range(num_batches)]
+        batches = [sh.global_batch(b, self.mesh, self.rules) for b in host]
         count = itertools.count()
 
         def step() -> dict:
@@ -223,6 +210,7 @@ class Bench:
             jax.block_until_ready((self.state, metrics))
             return metrics
 
+        step.real_tokens = mean_real_tokens(host)
         return step
 
     def describe(self, batch_size: int | None) -> dict:
@@ -242,8 +230,9 @@ class Bench:
                 "load_average": [round(x, 2) for x in os.getloadavg()]}
 
 
-def time_steps(bench: Bench, compiled, batch_size: int) -> tuple[list[float], float]:
-    """Runs warm-up then timed steps; (step seconds, final loss). The state lives on in ``bench``."""
+def time_steps(bench: Bench, compiled, batch_size: int) -> tuple[list[float], float, float]:
+    """Runs warm-up then timed steps; (step seconds, final loss, real tokens per step). The state
+    lives on in ``bench``."""
     a = bench.args
     step = bench.stepper(compiled, batch_size, min(4, a.warmup + a.steps))
     times, metrics = [], None
@@ -255,7 +244,7 @@ def time_steps(bench: Bench, compiled, batch_size: int) -> tuple[list[float], fl
     if a.profile:  # one more step, traced: open in TensorBoard's profile plugin, Perfetto or xprof
         with jax.profiler.trace(a.profile, create_perfetto_trace=True):
             metrics = step()
-    return times, float(metrics["loss"])
+    return times, float(metrics["loss"]), step.real_tokens
 
 
 def run_one(bench: Bench, batch_size: int) -> dict:
@@ -267,15 +256,14 @@ def run_one(bench: Bench, batch_size: int) -> dict:
     if a.memory_only:
         return out
     peak, source = device_peak(a.dtype, bench.mesh.devices.size)
-    times, loss = time_steps(bench, compiled, batch_size)
+    times, loss, real_tokens = time_steps(bench, compiled, batch_size)
     median, best = float(np.median(times)), float(np.min(times))
     flops = pretraining_flops(bench.cfg, batch_size, a.seq_len, a.max_predictions)
     out.update({
         "steps": a.steps, "warmup": a.warmup, "step_time_median_s": round(median, 5),
         "step_time_min_s": round(best, 5), "sequences_per_s": round(batch_size / median, 2),
         "tokens_per_s": round(batch_size * a.seq_len / median, 1), "loss": round(loss, 4),
-        "real_tokens_per_step": bench.real_tokens(batch_size),
-        "real_tokens_per_s": round(bench.real_tokens(batch_size) / median, 1),
+        "real_tokens_per_step": real_tokens, "real_tokens_per_s": round(real_tokens / median, 1),
         "model_flops_per_step": flops, "flops_formula": FORMULA,
         "model_flops_dense_mlm_head": dense_mlm_flops(bench.cfg, batch_size, a.seq_len),
         "achieved_flops_per_s": round(flops / median), "peak_flops_per_s": round(peak), "peak_source": source,

@@ -34,15 +34,32 @@ memory beside JAX; there PyTorch is allowed TF32 matmuls, as JAX's default float
 
 from __future__ import annotations
 
+import argparse
 import math
+import shlex
 import statistics
 import time
 
 import jax
 import numpy as np
 
+from bert_jax.benchmark import Bench, parse_args
 from bert_jax.benchmark_hf import IMPLEMENTATIONS, Impl, hf_flax, hf_torch, load_libraries
 from bert_jax.flops import FORMULA, device_peak, pretraining_flops
+
+SHAPE_FLAGS = ("--size", "--seq_len", "--batch_size", "--sweep", "--max_predictions", "--vocab_size", "--mesh",
+               "--short_seq_prob")  # what must be the same for every variant: the work and the data
+
+
+def variant_args(parser, argv: list[str], variant: str) -> argparse.Namespace:
+    """The arguments of ``--variant variant``: ``argv`` with the variant's flags added (they win)."""
+    extra = shlex.split(variant)
+    flags = {x.split("=")[0] for x in extra if x.startswith("--")}
+    clash = sorted(flags & {*SHAPE_FLAGS, "--variant", "--compare", "--memory_only", "--find_max_batch"})
+    if clash or not flags:
+        parser.error(f"--variant {variant!r}: expected flags that change how the step runs (e.g. '--rng_impl rbg'), "
+                     f"not the shapes or the mode; {', '.join(clash) or 'no flag'} given")
+    return parse_args([x for x in argv if not x.startswith("--variant=")] + extra)
 
 
 def check_args(parser, args) -> None:
@@ -70,7 +87,7 @@ def ours(bench, batch_size: int, peak, variant: str = "") -> Impl:
         name, label = f"ours {variant}", f"bert_jax train_step with {variant}"
     return Impl(name, label, jax.devices()[0].platform, lambda: step()["loss"],
                 lower_s + compile_s, pretraining_flops(bench.cfg, batch_size, a.seq_len, a.max_predictions),
-                "gathered", peak, bench.real_tokens(batch_size))
+                "gathered", peak, step.real_tokens)
 
 
 def alternate(impls: list[Impl], warmup: int, steps: int, block: int) -> dict[str, tuple[list[float], list]]:
@@ -93,8 +110,6 @@ def alternate(impls: list[Impl], warmup: int, steps: int, block: int) -> dict[st
 def compare(bench, batch_size: int) -> dict:
     """Times ours, our ``--variant``s and the ``--compare`` implementations on ``batch_size``; one
     "compare" result."""
-    from bert_jax.benchmark import Bench
-
     a = bench.args
     libs = load_libraries(a.compare) if a.compare else {}
     peak = device_peak(a.dtype, bench.mesh.devices.size)

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from bert_jax.benchmark import mean_real_tokens
 from bert_jax.flops import dense_mlm_flops, published_peak
 
 IMPLEMENTATIONS = ("hf-torch", "hf-flax")
@@ -74,10 +75,6 @@ def hf_config(transformers, cfg):
         hidden_dropout_prob=cfg.hidden_dropout_prob, attention_probs_dropout_prob=cfg.attention_dropout_prob,
         max_position_embeddings=cfg.max_position_embeddings, type_vocab_size=cfg.type_vocab_size,
         layer_norm_eps=cfg.layer_norm_eps, initializer_range=cfg.initializer_range)
-
-
-def mean_real_tokens(batches: list[dict[str, np.ndarray]]) -> float:
-    return float(np.mean([b["input_mask"].sum() for b in batches]))
 
 
 def hf_batch(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
