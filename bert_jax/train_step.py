@@ -77,15 +77,17 @@ def pretraining_losses(out, batch) -> dict[str, jax.Array]:
     ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)  # [batch, P]
     total_weight = weights.sum()
     correct = (jnp.argmax(logits, -1) == labels) * weights  # [batch, P]
-    m = {"mlm_loss_sum": (ce * weights).sum(), "mlm_correct": correct.sum(), "mlm_weight": total_weight}
+    # One weight per example slot: [batch], or [batch·K] for packed rows (1 = a real example).
+    w = (batch["nsp_weights"].reshape(-1) if "nsp_weights" in batch
+         else jnp.ones(labels.shape[:1], jnp.float32))  # [examples]
+    m = {"mlm_loss_sum": (ce * weights).sum(), "mlm_correct": correct.sum(), "mlm_weight": total_weight,
+         "examples": w.sum()}
     if out.nsp_logits is not None:
         nsp_logits = out.nsp_logits.reshape(-1, 2)  # [examples, 2]
         nsp_labels = batch["next_sentence_labels"].reshape(-1)  # [examples]: [batch] or [batch·K] packed
-        w = batch["nsp_weights"].reshape(-1) if "nsp_weights" in batch else jnp.ones(nsp_labels.shape, jnp.float32)
         nsp_ce = optax.softmax_cross_entropy_with_integer_labels(nsp_logits, nsp_labels)  # [examples]
         m["nsp_loss_sum"] = (nsp_ce * w).sum()
         m["nsp_correct"] = ((jnp.argmax(nsp_logits, -1) == nsp_labels) * w).sum()
-        m["examples"] = w.sum()
     return m
 
 
@@ -109,6 +111,7 @@ def summarize(m: dict[str, jax.Array]) -> dict[str, jax.Array]:
         out["nsp_loss"] = m["nsp_loss_sum"] / jnp.maximum(m["examples"], 1e-5)
         out["nsp_accuracy"] = m["nsp_correct"] / jnp.maximum(m["examples"], 1e-5)
     out["loss"] = out["mlm_loss"] + out.get("nsp_loss", 0.0)
+    out["examples"] = m["examples"]  # examples in the summed batches (packed rows hold several)
     return out
 
 

@@ -48,6 +48,9 @@ def make_input(config, split: str, process_index: int, process_count: int):
         raise ValueError(f"batch_size {config.batch_size} is not divisible by {process_count} processes")
     local = config.batch_size // process_count
     if config.data.kind == "synthetic":
+        if config.data.get("pack_examples", 0):
+            raise ValueError("config.data.pack_examples needs data.kind='pretraining' (synthetic batches "
+                             "are not packed; the benchmark packs them with --packing K)")
         seed = config.seed * 1000 + process_index + (7 if split == "eval" else 0)
         from input_pipeline.synthetic import SyntheticBatches
 
@@ -93,12 +96,13 @@ class Progress:
         rate = (step - self.last_step) / max(now - self.last_t, 1e-9)
         self.last_t, self.last_step = now, step
         eta = (self.total - step) / max(rate, 1e-9)
-        timing = {"steps_per_sec": rate, "examples_per_sec": rate * self.per_step}
+        per_step = metrics.get("examples", self.per_step)  # packed rows hold several examples
+        timing = {"steps_per_sec": rate, "examples_per_sec": rate * per_step}
         if self.enabled:
             shown = " ".join(f"{name} {metrics[k]:.4f}" for k, name in
                              (("loss", "loss"), ("mlm_accuracy", "mlm_acc"), ("accuracy", "acc")) if k in metrics)
             text = (f"step {step}/{self.total} {shown} "
-                    f"| {rate:.2f} steps/s {rate * self.per_step:.0f} ex/s | ETA {eta / 60:.1f} min")
+                    f"| {rate:.2f} steps/s {rate * per_step:.0f} ex/s | ETA {eta / 60:.1f} min")
             if self.bar is not None:
                 self.bar.set_postfix_str(f"loss {metrics['loss']:.3f}")
                 self.bar.write(text)

@@ -12,7 +12,9 @@ r"""Input pipeline speed: raw text → example shards, then shards → masked tr
    (shuffle buffer, masking probabilities) at ``--batch_size``: parse, and for ``dynamic`` mask
    every batch anew. One warm-up batch (graph tracing, first shuffle-buffer fill) is not timed;
    then batches for ``--seconds`` (or exactly ``--batches``), epochs repeating as needed.
-   Reported: examples/s and tokens/s (real tokens, ``input_mask``) as the trainer would see them.
+   Reported: examples/s and tokens/s (real tokens, ``input_mask``) as the trainer would see them,
+   and the fraction of the batches' token slots that hold real tokens. ``--pack_examples K`` packs
+   up to K examples per row (``config.data.pack_examples``; batches of ``--batch_size`` rows).
 
 The machine's load average is reported too: other processes on a small machine move the numbers.
 """
@@ -58,13 +60,14 @@ def build_shards(source: str, vocab: str, output_dir: str, *, masking: str, max_
 
 
 def pipeline_config(shards: str, vocab: str, *, masking: str, max_seq_length: int,
-                    max_predictions_per_seq: int, whole_word_mask: bool = False):
+                    max_predictions_per_seq: int, whole_word_mask: bool = False, pack_examples: int = 0):
     """configs/pretrain.py's config with ``data`` pointed at the shards."""
     from bert_jax.config_args import load_config_file
 
     config = load_config_file("pretrain", f"masking={masking}")
     config.data.update(input=shards, vocab=vocab, max_seq_length=max_seq_length,
-                       max_predictions_per_seq=max_predictions_per_seq, whole_word_mask=whole_word_mask)
+                       max_predictions_per_seq=max_predictions_per_seq, whole_word_mask=whole_word_mask,
+                       pack_examples=pack_examples)
     return config
 
 
@@ -76,21 +79,23 @@ def read_speed(config, *, batch_size: int, seconds: float = 20.0, batches: int =
     data = make_pretraining_dataset(config, batch_size=batch_size)
     next(data)  # warm-up: tracing, iterator start, first shuffle-buffer fill
     warmup = time.perf_counter() - start
-    count, tokens, masked = 0, 0, 0
+    count, tokens, masked, examples = 0, 0, 0, 0
     start = time.perf_counter()
     while (count < batches) if batches else (count == 0 or time.perf_counter() - start < seconds):
         batch = next(data)
         count += 1
         tokens += int(batch["input_mask"].sum())  # [B, L] → real tokens
         masked += int(batch["masked_lm_weights"].sum())  # [B, P] → predictions
+        examples += int(batch["nsp_weights"].sum()) if "nsp_weights" in batch else batch_size  # packed: [B, K]
     elapsed = time.perf_counter() - start
-    examples = count * batch_size
     return {
         "masking": config.data.masking, "batch_size": batch_size,
+        "pack_examples": config.data.pack_examples,
+        "real_token_fraction": round(tokens / (count * batch_size * config.data.max_seq_length), 4),
         "max_seq_length": config.data.max_seq_length,
         "max_predictions_per_seq": config.data.max_predictions_per_seq,
         "warmup_seconds": round(warmup, 3), "batches": count, "examples": examples,
-        "epochs_started": data.epoch + 1, "seconds": round(elapsed, 3),
+        "epochs_started": data.state()["epoch"] + 1, "seconds": round(elapsed, 3),
         "examples_per_second": round(examples / elapsed, 1),
         "tokens_per_second": round(tokens / elapsed, 1),
         "masked_fraction": round(masked / max(tokens, 1), 4),
@@ -100,7 +105,7 @@ def read_speed(config, *, batch_size: int, seconds: float = 20.0, batches: int =
 def run(*, source: str = "pkg:wikipedia", vocab: str = "pkg:minilm/vocab.txt", masking: str = "dynamic",
         max_seq_length: int = 128, max_predictions_per_seq: int | None = None, batch_size: int = 256,
         seconds: float = 20.0, batches: int = 0, shards: str | None = None, dupe_factor: int = 1,
-        num_shards: int = 4, num_workers: int = 1, whole_word_mask: bool = False) -> dict:
+        num_shards: int = 4, num_workers: int = 1, whole_word_mask: bool = False, pack_examples: int = 0) -> dict:
     """Both stages (stage 1 only without ``shards``); a JSON-ready dict."""
     if masking not in ("dynamic", "static"):
         raise ValueError(f"masking={masking!r}: expected 'dynamic' or 'static'")
@@ -117,7 +122,8 @@ def run(*, source: str = "pkg:wikipedia", vocab: str = "pkg:minilm/vocab.txt", m
         else:
             result["shards_dir"] = shards
         config = pipeline_config(shards, vocab, masking=masking, max_seq_length=max_seq_length,
-                                 max_predictions_per_seq=p, whole_word_mask=whole_word_mask)
+                                 max_predictions_per_seq=p, whole_word_mask=whole_word_mask,
+                                 pack_examples=pack_examples)
         result["pipeline"] = read_speed(config, batch_size=batch_size, seconds=seconds, batches=batches)
     result["machine"]["load_average_after"] = _load()
     return result
@@ -137,12 +143,13 @@ def format_result(result: dict) -> str:
                      f"{s['tokens']} tokens in {s['seconds']:.1f}s = {s['documents_per_second']:,.0f} documents/s, "
                      f"{s['examples_per_second']:,.0f} examples/s, {s['tokens_per_second']:,.0f} tokens/s")
     p = result["pipeline"]
+    packed = f", packed up to {p['pack_examples']} per row" if p["pack_examples"] else ""
     lines.append(f"shards → batches ({p['masking']} masking, L={p['max_seq_length']}, "
-                 f"P={p['max_predictions_per_seq']}, batch {p['batch_size']}): "
+                 f"P={p['max_predictions_per_seq']}, batch {p['batch_size']}{packed}): "
                  f"{p['batches']} batches in {p['seconds']:.1f}s over "
                  f"{p['epochs_started']} epoch(s) = {p['examples_per_second']:,.0f} examples/s, "
                  f"{p['tokens_per_second']:,.0f} tokens/s (warm-up {p['warmup_seconds']:.1f}s, "
-                 f"masked {p['masked_fraction']:.3f} of tokens)")
+                 f"masked {p['masked_fraction']:.3f} of tokens, {p['real_token_fraction']:.3f} of token slots real)")
     return "\n".join(lines)
 
 
@@ -164,6 +171,7 @@ def parse_args(argv: list[str] | None = None):
     add("--num_shards", type=int, default=4, help="stage 1: output files")
     add("--num_workers", type=int, default=1, help="stage 1: worker processes")
     add("--whole_word_mask", action="store_true", help="whole-word masking")
+    add("--pack_examples", type=int, default=0, help="pack up to K examples per row (0: one per row)")
     add("--json", action="store_true", help="print the result as JSON")
     return parser.parse_args(argv)
 

@@ -14,6 +14,8 @@ examples). Order is a pure function of (seed, epoch): epoch e shuffles the file 
 examples with seeds derived from e, and dynamic masks use ``masking.example_seed(seed, e, i)``.
 The position is (epoch, batches consumed), so ``restore(state())`` replays exactly the batches an
 uninterrupted run would see (by skipping, before parsing and masking, the records already used).
+With ``config.data.pack_examples`` K > 0 the masked examples are packed, up to K per row
+(`input_pipeline.packing.PackedPretrainingData`; the position is then the next example).
 """
 
 from __future__ import annotations
@@ -67,24 +69,28 @@ class PretrainingData:
         return {"kind": "pretraining", "epoch": self.epoch, "batch": self.batch}
 
     def restore(self, state: dict) -> None:
+        if state.get("kind", "pretraining") != "pretraining":
+            raise ValueError(f"input state {state} was saved with config.data.pack_examples > 0; "
+                             "set it again to resume (unpacked input cannot resume from a packed position)")
         self.epoch, self.batch = int(state["epoch"]), int(state["batch"])
         self._it = None
 
-    def _one_epoch(self, epoch, skip_batches) -> tf.data.Dataset:
-        """(epoch, index [batch], records [batch]) of one epoch, the first ``skip_batches`` left out."""
+    def _one_epoch(self, epoch, skip_examples, whole: bool) -> tf.data.Dataset:
+        """(epoch, index [batch], records [batch]) of one epoch, its first ``skip_examples`` left
+        out; ``whole``: keep the epoch's last, short batch (for `chunks`) instead of dropping it."""
         ds = self._make_epoch(epoch)
         if self.shuffle_buffer > 1:
             ds = ds.shuffle(self.shuffle_buffer, seed=self.seed * 7919 + epoch, reshuffle_each_iteration=False)
         # Skip what was consumed before parsing and masking; index i keeps naming the same example.
-        ds = ds.enumerate().skip(skip_batches * self.batch_size).batch(self.batch_size, drop_remainder=True)
+        ds = ds.enumerate().skip(skip_examples).batch(self.batch_size, drop_remainder=not whole)
         return ds.map(lambda index, x: (epoch, index, x))
 
-    def _dataset(self, epoch: int, skip_batches: int, num_epochs: int) -> tf.data.Dataset:
+    def _dataset(self, epoch: int, skip_examples: int, num_epochs: int, whole: bool = False) -> tf.data.Dataset:
         first = tf.constant(epoch, tf.int64)
-        ds = self._one_epoch(first, skip_batches)
+        ds = self._one_epoch(first, skip_examples, whole)
         if num_epochs > 1:
             ds = ds.concatenate(tf.data.Dataset.range(epoch + 1, epoch + num_epochs).flat_map(
-                lambda e: self._one_epoch(e, 0)))
+                lambda e: self._one_epoch(e, 0, whole)))
         ds = ds.map(self._prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         return ds.prefetch(tf.data.AUTOTUNE)
 
@@ -96,7 +102,20 @@ class PretrainingData:
             seeds = masking.example_seed(self.seed, epoch, index)  # [batch, 2]
             ids = features["input_ids"]  # [batch, L]
             features = masking.mask_example(features, seeds, cfg, self._continuation(ids) if cfg.whole_word else None)
-        return epoch, features
+        return epoch, index, features
+
+    def chunks(self, epoch: int, skip_examples: int):
+        """Every example from (epoch, skip_examples) on, epoch after epoch, none dropped: yields
+        (epoch, index [n] int64, features {key: [n, ...]}) with n <= batch_size (an epoch's last
+        chunk may be short). For `input_pipeline.packing.PackedPretrainingData`."""
+        while True:
+            found = False
+            for e, index, features in self._dataset(epoch, skip_examples, self.EPOCHS_PER_ITERATOR, whole=True):
+                found = True
+                yield int(e), index.numpy(), {k: v.numpy() for k, v in features.items()}
+            if not found and skip_examples == 0:
+                raise ValueError(f"no examples in {self.EPOCHS_PER_ITERATOR} epochs of the input")
+            epoch, skip_examples = epoch + self.EPOCHS_PER_ITERATOR, 0
 
     def __iter__(self):
         return self
@@ -105,10 +124,10 @@ class PretrainingData:
         while True:
             if self._it is None:
                 n = self.EPOCHS_PER_ITERATOR
-                self._it = iter(self._dataset(self.epoch, self.batch, n))
+                self._it = iter(self._dataset(self.epoch, self.batch * self.batch_size, n))
                 self._it_end, self._it_batches = self.epoch + n, 0
             try:
-                epoch, batch = next(self._it)
+                epoch, _, batch = next(self._it)
                 break
             except StopIteration:
                 if self._it_batches == 0 and self.batch == 0:
@@ -137,7 +156,9 @@ def _in_memory_examples(spec: str, tokenizer, d, split: str, objective: str) -> 
 
 
 def make_pretraining_dataset(config, *, split: str = "train", batch_size: int, process_index: int = 0,
-                             process_count: int = 1) -> PretrainingData:
+                             process_count: int = 1):
+    """This process's batches of ``batch_size`` rows: a `PretrainingData`, or with
+    ``config.data.pack_examples`` K > 0 a `PackedPretrainingData` (up to K examples per row)."""
     from input_pipeline.tokenizer_factory import load_tokenizer
 
     d = config.data
@@ -188,8 +209,13 @@ def make_pretraining_dataset(config, *, split: str = "train", batch_size: int, p
         def make_epoch(epoch: tf.Tensor) -> tf.data.Dataset:
             return tf.data.Dataset.from_tensor_slices(rows)
         parse = None
-    return PretrainingData(make_epoch, batch_size=batch_size, mask_cfg=mask_cfg, parse=parse,
+    data = PretrainingData(make_epoch, batch_size=batch_size, mask_cfg=mask_cfg, parse=parse,
                            continuation=tokenizer.is_continuation, seed=seed, shuffle_buffer=d.shuffle_buffer)
+    if d.get("pack_examples", 0):  # K examples per row at most: rows of examples, not padding
+        from input_pipeline.packing import PackedPretrainingData
+
+        return PackedPretrainingData(data, batch_size, max_examples=d.pack_examples)
+    return data
 
 
 def _check_shapes(first_file: str, d, compression: str | None = None) -> None:

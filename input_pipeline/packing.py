@@ -14,6 +14,11 @@ within an example, positions restarting at each example, NSP/SOP from each examp
 
 An example goes into the first row with room for its tokens, its predictions and one more example;
 packing stops at the first example that fits in no row, so the examples used are a prefix.
+
+`PackedPretrainingData` packs the training input (``config.data.pack_examples = K``): the stream
+of masked examples, in order, into batches of packed rows; its position is the first example not
+yet packed, so ``restore(state())`` replays exactly. Mask first, pack second: every example keeps
+the mask it has unpacked (dynamic masks are a function of (seed, epoch, index)).
 """
 
 from __future__ import annotations
@@ -85,4 +90,62 @@ class PackedBatches:
     def __next__(self) -> dict[str, np.ndarray]:
         packed, _ = pack_examples(next(self.examples), self.rows, max_examples=self.max_examples,
                                   max_predictions=self.max_predictions)
+        return packed
+
+
+class PackedPretrainingData:
+    """Batches of ``rows`` packed rows (up to ``max_examples`` examples each) from the example
+    stream of an `input_pipeline.dataset.PretrainingData` (its `chunks`), with ``state()`` /
+    ``restore(state)``: the position is (epoch, index of the first example not yet in a batch).
+    Each batch packs a prefix of the examples not yet used, so none is skipped or seen twice."""
+
+    def __init__(self, source, rows: int, *, max_examples: int, max_predictions: int | None = None):
+        if max_examples < 1:
+            raise ValueError(f"pack_examples={max_examples}: expected >= 1 examples per row")
+        self.source, self.rows = source, rows
+        self.max_examples, self.max_predictions = max_examples, max_predictions
+        self.epoch, self.example = 0, 0
+        self._chunks, self._buffer = None, None  # buffer: (epochs [n], indices [n], features)
+
+    def state(self) -> dict:
+        return {"kind": "packed", "epoch": self.epoch, "example": self.example}
+
+    def restore(self, state: dict) -> None:
+        if state.get("kind") != "packed":
+            raise ValueError(f"input state {state} was saved without packing (config.data.pack_examples=0); "
+                             "packed input cannot resume from it")
+        self.epoch, self.example = int(state["epoch"]), int(state["example"])
+        self._chunks, self._buffer = None, None
+
+    def __iter__(self):
+        return self
+
+    def _fill(self, n: int) -> None:
+        """Reads chunks until the buffer holds at least ``n`` examples."""
+        if self._chunks is None:
+            self._chunks = self.source.chunks(self.epoch, self.example)
+        while self._buffer is None or len(self._buffer[0]) < n:
+            epoch, index, features = next(self._chunks)
+            chunk = (np.full(len(index), epoch), index, features)
+            if self._buffer is None:
+                self._buffer = chunk
+            else:
+                old = self._buffer
+                self._buffer = (np.concatenate([old[0], chunk[0]]), np.concatenate([old[1], chunk[1]]),
+                                {k: np.concatenate([old[2][k], features[k]]) for k in features})
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        self._fill(self.rows * self.max_examples)
+        epochs, indices, features = self._buffer
+        packed, used = pack_examples(features, self.rows, max_examples=self.max_examples,
+                                     max_predictions=self.max_predictions)
+        if used == 0:
+            raise ValueError(f"example {int(indices[0])} of epoch {int(epochs[0])} fits in no packed row "
+                             f"(length {int(features['input_mask'][0].sum())}, "
+                             f"{int((features['masked_lm_weights'][0] > 0).sum())} predictions)")
+        # The next position: the first example left, or just past the last one used.
+        left = len(epochs) - used
+        self.epoch, self.example = ((int(epochs[used]), int(indices[used])) if left
+                                    else (int(epochs[-1]), int(indices[-1]) + 1))
+        self._buffer = (epochs[used:], indices[used:], {k: v[used:] for k, v in features.items()})
         return packed
