@@ -5,7 +5,9 @@ code runs on a CPU, one GPU or a TPU pod slice. The loop writes ``config.json`` 
 progress (steps/s, examples/s, ETA), writes TensorBoard events and ``metrics.jsonl``, evaluates
 every ``eval_every`` steps, saves Orbax checkpoints every ``checkpoint_every`` steps, at the end and
 on SIGTERM (preemption), resumes from the newest checkpoint in the workdir, and stops with a clear
-message if the loss is NaN/Inf, never saving a checkpoint after it.
+message if the loss is NaN/Inf, never saving a checkpoint after it. With
+``config.prefetch_batches`` > 0 the next batches are placed on the devices in a background thread
+(`bert_jax.prefetch.DevicePrefetch`) while the step runs.
 """
 
 from __future__ import annotations
@@ -221,14 +223,23 @@ def run(config, workdir: str | Path) -> dict:
     progress = Progress(step, total, config.batch_size, enabled=is_main)
     pending, last = [], {}
 
+    place = functools.partial(sh.global_batch, mesh=mesh, rules=rules)
+    prefetch = config.get("prefetch_batches", 0)
+    if prefetch:  # read, pack and place the next batches while the step runs
+        from bert_jax.prefetch import DevicePrefetch
+
+        batches = DevicePrefetch(data, place, prefetch)
+    else:
+        batches = map(place, data)
+
     def save(step: int) -> None:
-        states = gather_data_states(data.state())
+        states = gather_data_states((batches if prefetch else data).state())
         ckpt.save(step, state, {"data": states[0], "data_per_process": states, "step": step,
                                 "model": dataclasses.asdict(model_cfg)})
 
     try:
         while step < total:
-            state, metrics = train_fn(state, sh.global_batch(next(data), mesh, rules), rng)
+            state, metrics = train_fn(state, next(batches), rng)
             step += 1
             pending.append(metrics)
             progress.update(step)
@@ -257,6 +268,8 @@ def run(config, workdir: str | Path) -> dict:
                 log.warning("SIGTERM received: saved a checkpoint at step %d; exiting", step)
                 break
     finally:
+        if prefetch:
+            batches.close()
         signal.signal(signal.SIGTERM, previous)
         progress.close()
         ckpt.close()

@@ -38,6 +38,10 @@ def get_config(arg=None):
     # the 2-core CPU, docs/benchmarks.md), masks may differ between mesh shapes. Not part of
     # checkpoints: it can change between runs.
     c.rng_impl = "threefry2x32"
+    # Host-to-device prefetch: read (and pack) the next batches and place them on the devices in a
+    # background thread while the step runs (bert_jax/prefetch.py); 0 = in the loop. Same batches,
+    # same order, either way.
+    c.prefetch_batches = 2
     c.objective = args.objective
     c.multihost = False  # True on multi-host TPU pod slices: jax.distributed.initialize()
 

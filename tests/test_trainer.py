@@ -111,7 +111,8 @@ def test_sigterm_saves_and_exits(tmp_path, monkeypatch):
         return original(self)
 
     monkeypatch.setattr(SyntheticBatches, "__next__", preempt)
-    trainer.run(tiny_config(eval_every=0), tmp_path)
+    # Batches read in the loop: with prefetch the 2nd batch is read during step 1 or before it.
+    trainer.run(tiny_config(eval_every=0, prefetch_batches=0), tmp_path)
     steps = sorted(p.name for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit())
     assert steps == ["2"], steps
     _, where = read_params(tmp_path)
