@@ -2,6 +2,8 @@
 in stream order, the position resumes exactly (across an epoch boundary), packed and unpacked
 positions are not mixed up, and the trainer trains on packed rows and resumes to the same numbers."""
 
+import shutil
+
 import numpy as np
 import pytest
 
@@ -110,16 +112,19 @@ def train_config(data, steps):
 
 
 def test_trainer_on_packed_rows_resumes_exactly(data, tmp_path):
-    trainer.run(train_config(data, 4), tmp_path / "straight")
-    trainer.run(train_config(data, 2), tmp_path / "resumed")
-    trainer.run(train_config(data, 4), tmp_path / "resumed")
-    rows = read_metrics(tmp_path / "straight", "train")
+    """4 steps straight; then checkpoint 4 is removed and the run resumes from 2: the same step 4."""
+    trainer.run(train_config(data, 4), tmp_path)
+    rows = read_metrics(tmp_path, "train")
     assert all(r["examples"] > 8 for r in rows)  # 8 rows, more examples
     assert all(r["examples_per_sec"] == pytest.approx(r["examples"] * r["steps_per_sec"]) for r in rows)
-    a, _ = read_params(tmp_path / "straight")
-    b, _ = read_params(tmp_path / "resumed")
-    for k in a:
-        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    straight, where = read_params(tmp_path)
+    assert where.name == "4"
+    shutil.rmtree(where)
+    trainer.run(train_config(data, 4), tmp_path)  # resumes from checkpoint 2
+    resumed, where = read_params(tmp_path)
+    assert where.name == "4"
+    for k in straight:
+        np.testing.assert_array_equal(straight[k], resumed[k], err_msg=k)
 
 
 def test_pipeline_benchmark_packs(data):
