@@ -49,29 +49,41 @@ def pack_examples(batch: dict[str, np.ndarray], num_rows: int, *, max_examples: 
         "cls_positions": np.zeros((num_rows, max_examples), np.int32),
         "nsp_weights": np.zeros((num_rows, max_examples), np.float32),
     }
+    labels = np.asarray(batch["next_sentence_labels"]).reshape(n, -1)[:, 0]  # [examples]
+    real = weights > 0  # [examples, P]: predictions come first, padding after
+    num_real = real.sum(1)  # [examples]
+    # First fit, in order: each example's row, first token, slot k and first prediction slot.
     used_tokens = np.zeros(num_rows, int)  # [rows]
     used_preds = np.zeros(num_rows, int)  # [rows]
     count = np.zeros(num_rows, int)  # [rows] examples in each row
-    labels = np.asarray(batch["next_sentence_labels"]).reshape(n, -1)[:, 0]  # [examples]
+    place = np.zeros((n, 4), int)  # [examples, (row, start, k, q)]
+    used = n
     for i in range(n):
-        real = np.nonzero(weights[i] > 0)[0]  # this example's real predictions
-        fits = (used_tokens + lengths[i] <= length) & (used_preds + len(real) <= p) & (count < max_examples)
+        fits = (used_tokens + lengths[i] <= length) & (used_preds + num_real[i] <= p) & (count < max_examples)
         if lengths[i] == 0 or not fits.any():
-            return out, i
-        r = int(np.argmax(fits))  # the first row with room
-        start, k, q = int(used_tokens[r]), int(count[r]), int(used_preds[r])
-        end = start + lengths[i]
-        for key in ("input_ids", "input_mask", "segment_ids"):
-            out[key][r, start:end] = np.asarray(batch[key])[i, : lengths[i]]
-        out["example_ids"][r, start:end] = k + 1
-        out["masked_lm_positions"][r, q : q + len(real)] = np.asarray(batch["masked_lm_positions"])[i, real] + start
-        out["masked_lm_ids"][r, q : q + len(real)] = np.asarray(batch["masked_lm_ids"])[i, real]
-        out["masked_lm_weights"][r, q : q + len(real)] = weights[i, real]
-        out["next_sentence_labels"][r, k] = labels[i]
-        out["cls_positions"][r, k] = start
-        out["nsp_weights"][r, k] = 1.0
-        used_tokens[r], used_preds[r], count[r] = end, q + len(real), k + 1
-    return out, n
+            used = i
+            break
+        r = int(fits.argmax())  # the first row with room
+        place[i] = r, used_tokens[r], count[r], used_preds[r]
+        used_tokens[r] += lengths[i]
+        used_preds[r] += num_real[i]
+        count[r] += 1
+    row, start, k, q = place[:used].T  # [used] each
+    # Token j of example e goes to (row[e], start[e] + j).
+    e, j = np.nonzero(mask[:used] > 0)  # [tokens] each
+    for key in ("input_ids", "input_mask", "segment_ids"):
+        out[key][row[e], start[e] + j] = np.asarray(batch[key])[e, j]
+    out["example_ids"][row[e], start[e] + j] = k[e] + 1
+    # The m-th real prediction of example e goes to slot q[e] + m of row[e], moved by start[e].
+    e, m = np.nonzero(real[:used])  # [predictions] each
+    slot = q[e] + (np.cumsum(real[:used], axis=1) - 1)[e, m]
+    out["masked_lm_positions"][row[e], slot] = np.asarray(batch["masked_lm_positions"])[e, m] + start[e]
+    out["masked_lm_ids"][row[e], slot] = np.asarray(batch["masked_lm_ids"])[e, m]
+    out["masked_lm_weights"][row[e], slot] = weights[e, m]
+    out["next_sentence_labels"][row, k] = labels[:used]
+    out["cls_positions"][row, k] = start
+    out["nsp_weights"][row, k] = 1.0
+    return out, used
 
 
 class PackedBatches:
