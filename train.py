@@ -18,8 +18,10 @@ flags.mark_flags_as_required(["config"])
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    from bert_jax import trainer
+    from bert_jax import host_memory, trainer
 
+    # Before JAX starts its backend: config.reuse_host_memory (bert_jax/host_memory.py).
+    host_memory.reuse_freed_memory(FLAGS.config.get("reuse_host_memory", "default"))
     logging.set_verbosity(logging.INFO)
     # Orbax logs ~50 INFO lines per checkpoint save; keep its warnings, drop the chatter.
     logging.get_absl_handler().addFilter(

@@ -57,6 +57,7 @@ import time
 import jax
 import numpy as np
 
+from bert_jax import host_memory
 from bert_jax import sharding as sh
 from bert_jax import train_step as ts
 from bert_jax.benchmark_memory import GIB, find_max_batch, memory_report
@@ -66,6 +67,7 @@ from bert_jax.flops import FORMULA, dense_mlm_flops, device_peak, pretraining_fl
 from bert_jax.optim import make_optimizer
 from input_pipeline.packing import PackedBatches
 from input_pipeline.synthetic import SyntheticBatches
+from input_pipeline.unpadding import token_index, with_token_index
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -93,6 +95,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "pre-training recipe's 0.1); default: uniform in [S/2, S]")
     p.add_argument("--packing", type=int, default=0, metavar="K",
                    help="pack up to K synthetic examples per row (segment-aware attention); 0 = one per row")
+    p.add_argument("--unpad_multiple", type=int, default=0, metavar="M",
+                   help="blocks on the real tokens only (config.unpad_multiple), counts rounded up to M; 0 = padded")
     p.add_argument("--vocab_size", type=int, default=30522)
     p.add_argument("--mesh", default=None,
                    help="(data, fsdp, tensor); -1 = the remaining devices (default -1,1,1; 1,1,1 with --compare)")
@@ -110,6 +114,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--torch_threads", type=int, default=2, help="--compare: torch.set_num_threads")
     p.add_argument("--profile", default="", metavar="DIR",
                    help="after the timed steps, trace one more step with jax.profiler into DIR")
+    p.add_argument("--reuse_host_memory", default="default", choices=("auto", "reuse", "default"),
+                   help="keep freed host buffers mapped (bert_jax/host_memory.py; the whole process, references too)")
     p.add_argument("--json", action="store_true", help="print the JSON line instead of a summary")
     p.add_argument("--output", default="benchmark_results.jsonl", help="JSON lines appended here ('' = none)")
     argv, given = [], list(sys.argv[1:] if argv is None else argv)
@@ -177,14 +183,34 @@ class Bench:
                                     short_seq_prob=self.args.short_seq_prob)
         return PackedBatches(examples, batch_size, max_examples=k) if k else examples
 
+    def host_batches(self, batch_size: int, num_batches: int = 4) -> list[dict[str, np.ndarray]]:
+        """The first ``num_batches`` of the synthetic batches the steps cycle through; with
+        ``--unpad_multiple`` each has a ``token_index`` of one size, that of the fullest of four."""
+        data = self.data(batch_size)
+        host = [next(data) for _ in range(max(num_batches, 4))]
+        if self.args.unpad_multiple:
+            shards, m = sh.batch_shards(self.mesh, self.rules), self.args.unpad_multiple
+            tokens = max(token_index(b["input_mask"], shards, m).shape[1] for b in host)
+            host = [with_token_index(b, shards, m, min_tokens=tokens) for b in host]
+        return host[:num_batches]
+
+    def block_tokens(self, batch_size: int) -> int | None:
+        """The token slots the blocks run on with ``--unpad_multiple`` (None: all B·S)."""
+        if not self.args.unpad_multiple:
+            return None
+        return self.host_batches(batch_size, 1)[0]["token_index"].size
+
     def compile(self, batch_size: int):
         """(compiled step, lower seconds, compile seconds), from shapes only."""
         shards = math.prod(self.mesh.shape[a] for a in ("data", "fsdp"))
         if batch_size % shards:
             raise ValueError(f"batch_size {batch_size} is not divisible by the {shards} batch shards of mesh "
                              f"{dict(self.mesh.shape)}")
-        one = next(self.data(1))
-        batch = {k: jax.ShapeDtypeStruct((batch_size, *v.shape[1:]), v.dtype) for k, v in one.items()}
+        if self.args.unpad_multiple:  # the token count depends on the data
+            batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in self.host_batches(batch_size, 1)[0].items()}
+        else:
+            one = next(self.data(1))
+            batch = {k: jax.ShapeDtypeStruct((batch_size, *v.shape[1:]), v.dtype) for k, v in one.items()}
         t0 = time.perf_counter()
         lowered = self.step_fn.lower(self.abstract_state, batch, self.rng)
         t1 = time.perf_counter()
@@ -200,8 +226,7 @@ class Bench:
             init = jax.jit(functools.partial(ts.init_state, self.cfg, self.objective, self.tx, 0),
                            out_shardings=self.shardings)
             self.state = init.lower().compile(compiler_options=self.compiler_options or None)()
-        data = self.data(batch_size)
-        host = [next(data) for _ in range(num_batches)]
+        host = self.host_batches(batch_size, num_batches)
         batches = [sh.global_batch(b, self.mesh, self.rules) for b in host]
         count = itertools.count()
 
@@ -223,7 +248,7 @@ class Bench:
         return {"size": a.size, "num_params": count_params(cfg, with_mlm=True, with_nsp=True),
                 "seq_len": a.seq_len, "batch_size": batch_size, "max_predictions": a.max_predictions,
                 "vocab_size": cfg.vocab_size, "dtype": a.dtype, "remat": a.remat, "scan": a.scan,
-                "rng_impl": a.rng_impl, "attention_impl": a.attention_impl,
+                "rng_impl": a.rng_impl, "attention_impl": a.attention_impl, "unpad_multiple": a.unpad_multiple,
                 "attention_dropout": cfg.attention_dropout_prob,
                 "attention_path": path, "mesh": dict(self.mesh.shape), "devices": self.mesh.devices.size,
                 "device_kind": dev.device_kind, "platform": dev.platform, "jax": jax.__version__,
@@ -258,7 +283,7 @@ def run_one(bench: Bench, batch_size: int) -> dict:
     peak, source = device_peak(a.dtype, bench.mesh.devices.size)
     times, loss, real_tokens = time_steps(bench, compiled, batch_size)
     median, best = float(np.median(times)), float(np.min(times))
-    flops = pretraining_flops(bench.cfg, batch_size, a.seq_len, a.max_predictions)
+    flops = pretraining_flops(bench.cfg, batch_size, a.seq_len, a.max_predictions, bench.block_tokens(batch_size))
     out.update({
         "steps": a.steps, "warmup": a.warmup, "step_time_median_s": round(median, 5),
         "step_time_min_s": round(best, 5), "sequences_per_s": round(batch_size / median, 2),
@@ -286,6 +311,8 @@ def summary(r: dict) -> str:
             + ", ".join(f"{g} GiB -> {b}" for g, b in r["max_batch"].items()),
             f"  estimates (GiB) by batch: {r['estimates_gib']}"])
     m = r["memory"] and {k: v / GIB for k, v in r["memory"].items() if k.endswith("_bytes")}
+    if r.get("unpad_multiple"):
+        lines[-1] += f"; blocks on the real tokens only (--unpad_multiple {r['unpad_multiple']})"
     lines += [f"  compile: {r['compile_s']:.1f} s (lower {r['lower_s']:.1f} s)",
               "  memory: no analysis on this backend" if not m else
               f"  memory: {m['estimate_bytes']:.2f} GiB per device (arguments {m['argument_bytes']:.2f} + outputs "
@@ -304,6 +331,7 @@ def summary(r: dict) -> str:
 
 def main(argv=None) -> list[dict]:
     args = parse_args(argv)
+    host_memory.reuse_freed_memory(args.reuse_host_memory)  # before JAX starts; the whole process
     compare = None
     if args.compare or args.variants:
         from bert_jax import benchmark_compare as compare

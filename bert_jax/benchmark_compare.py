@@ -55,7 +55,8 @@ def variant_args(parser, argv: list[str], variant: str) -> argparse.Namespace:
     """The arguments of ``--variant variant``: ``argv`` with the variant's flags added (they win)."""
     extra = shlex.split(variant)
     flags = {x.split("=")[0] for x in extra if x.startswith("--")}
-    clash = sorted(flags & {*SHAPE_FLAGS, "--variant", "--compare", "--memory_only", "--find_max_batch"})
+    clash = sorted(flags & {*SHAPE_FLAGS, "--variant", "--compare", "--memory_only", "--find_max_batch",
+                            "--reuse_host_memory"})  # a setting of the whole process
     if clash or not flags:
         parser.error(f"--variant {variant!r}: expected flags that change how the step runs (e.g. '--rng_impl rbg'), "
                      f"not the shapes or the mode; {', '.join(clash) or 'no flag'} given")
@@ -85,8 +86,11 @@ def ours(bench, batch_size: int, peak, variant: str = "") -> Impl:
     name, label = ("ours", "bert_jax train_step")
     if variant:
         name, label = f"ours {variant}", f"bert_jax train_step with {variant}"
-    return Impl(name, label, jax.devices()[0].platform, lambda: step()["loss"],
-                lower_s + compile_s, pretraining_flops(bench.cfg, batch_size, a.seq_len, a.max_predictions),
+    tokens = bench.block_tokens(batch_size)
+    if tokens:
+        label += f" (blocks on {tokens} of {batch_size * a.seq_len} token slots)"
+    return Impl(name, label, jax.devices()[0].platform, lambda: step()["loss"], lower_s + compile_s,
+                pretraining_flops(bench.cfg, batch_size, a.seq_len, a.max_predictions, tokens),
                 "gathered", peak, step.real_tokens)
 
 

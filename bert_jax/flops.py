@@ -25,11 +25,15 @@ from bert_jax.config import BertConfig
 FORMULA = "6*B*[S*L*(4H^2 + 2H*I) + P*(H^2 + H*V)] + 12*L*B*S^2*H"
 
 
-def pretraining_flops(cfg: BertConfig, batch_size: int, seq_len: int, max_predictions: int) -> int:
-    """Model FLOPs of one pre-training step (MLM head on ``max_predictions`` gathered positions)."""
+def pretraining_flops(cfg: BertConfig, batch_size: int, seq_len: int, max_predictions: int,
+                      tokens: int | None = None) -> int:
+    """Model FLOPs of one pre-training step (MLM head on ``max_predictions`` gathered positions).
+    ``tokens``: the token slots the blocks' projections and feed-forward run on when unpadded
+    (``config.unpad_multiple``) instead of all B·S; attention still covers the padded [B, S]."""
     b, s, p = batch_size, seq_len, max_predictions
     n, h, i, v = cfg.num_layers, cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
-    return 6 * b * (s * n * (4 * h * h + 2 * h * i) + p * (h * h + h * v)) + 12 * n * b * s * s * h
+    t = b * s if tokens is None else tokens
+    return 6 * (t * n * (4 * h * h + 2 * h * i) + b * p * (h * h + h * v)) + 12 * n * b * s * s * h
 
 
 def dense_mlm_flops(cfg: BertConfig, batch_size: int, seq_len: int) -> int:

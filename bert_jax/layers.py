@@ -118,12 +118,16 @@ class SelfAttention(nnx.Module):
         )
         self.dropout = nnx.Dropout(cfg.attention_dropout_prob)
 
-    def __call__(self, x, mask, *, deterministic=True, rngs=None, return_probs=False):
-        # x: [batch, length, embed]; mask: bool [batch, 1, length | 1, length], True = attend.
+    def __call__(self, x, mask, *, deterministic=True, rngs=None, return_probs=False, unpad=None):
+        # x: [batch, length, embed], or [shards, tokens, embed] with ``unpad`` (encoder.Unpadding):
+        # projections on the real tokens, attention in [batch, length] places.
+        # mask: bool [batch, 1, length | 1, length], True = attend.
         cfg = self.cfg
         q = self.query(x)  # [batch, length, heads, kv]
         k = self.key(x)  # [batch, length, heads, kv]
         v = self.value(x)  # [batch, length, heads, kv]
+        if unpad is not None:  # [shards, tokens, heads, kv] → [batch, length, heads, kv]
+            q, k, v = unpad.pad(q), unpad.pad(k), unpad.pad(v)
         needs_dropout = not deterministic and cfg.attention_dropout_prob > 0.0
         probs = None
         if return_probs or needs_dropout or cfg.attention_impl == "explicit":
@@ -135,6 +139,8 @@ class SelfAttention(nnx.Module):
         else:
             impl = None if cfg.attention_impl == "auto" else cfg.attention_impl
             ctx = jax.nn.dot_product_attention(q, k, v, mask=mask, implementation=impl)
+        if unpad is not None:
+            ctx = unpad.unpad(ctx)  # [shards, tokens, heads, kv]
         out = self.output(ctx)  # [batch, length, embed]
         return out, (probs if return_probs else None)
 
@@ -164,10 +170,10 @@ class TransformerBlock(nnx.Module):
         self.output_norm = layer_norm(cfg, rngs=rngs)
         self.dropout = nnx.Dropout(cfg.hidden_dropout_prob)
 
-    def __call__(self, x, mask, *, deterministic=True, rngs=None, return_probs=False):
-        # x: [batch, length, embed]
+    def __call__(self, x, mask, *, deterministic=True, rngs=None, return_probs=False, unpad=None):
+        # x: [batch, length, embed] ([shards, tokens, embed] with ``unpad``)
         a, probs = self.attention(
-            x, mask, deterministic=deterministic, rngs=rngs, return_probs=return_probs
+            x, mask, deterministic=deterministic, rngs=rngs, return_probs=return_probs, unpad=unpad
         )
         h = self.attention_norm(x + self.dropout(a, deterministic=deterministic, rngs=rngs))
         f = self.ffn(h)  # [batch, length, embed]

@@ -39,7 +39,8 @@ class BertForPreTraining(nnx.Module):
                  cls_positions=None, deterministic=True, rngs=None, **encoder_kw) -> PreTrainingOutput:
         """Packed rows (several examples in one row, no attention between them): ``example_ids``
         [batch, length] (1, 2, ... per example, 0 = padding) and ``cls_positions`` [batch, K], the
-        start of each example, whose NSP/SOP logits come out as [batch, K, 2]."""
+        start of each example, whose NSP/SOP logits come out as [batch, K, 2]. ``token_index``
+        (in ``encoder_kw``) runs the encoder's blocks on the real tokens only (encoder.Unpadding)."""
         if example_ids is not None:
             encoder_kw.update(attention_mask=packed_mask(example_ids), position_ids=packed_positions(example_ids))
         enc = self.bert(input_ids, input_mask, segment_ids, deterministic=deterministic, rngs=rngs,

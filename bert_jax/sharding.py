@@ -118,6 +118,13 @@ def batch_sharding(mesh: Mesh, rules) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec(spec[0]))
 
 
+def batch_shards(mesh: Mesh, rules) -> int:
+    """How many pieces the batch axis is split into (the data-parallel devices)."""
+    spec = batch_sharding(mesh, rules).spec[0]
+    axes = () if spec is None else (spec,) if isinstance(spec, str) else tuple(spec)
+    return math.prod(mesh.shape[a] for a in axes)
+
+
 def global_batch(local: dict[str, np.ndarray], mesh: Mesh, rules) -> dict[str, jax.Array]:
     """Each process's slice of the batch → global arrays (multi-host: every host feeds its rows)."""
     sharding = batch_sharding(mesh, rules)

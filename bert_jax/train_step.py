@@ -23,10 +23,11 @@ from bert_jax.models import BertForPreTraining
 
 BATCH_KEYS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
               "masked_lm_weights", "next_sentence_labels")
-# Packed rows (several examples per row, input_pipeline/packing.py) add the model's inputs
-# PACKED_KEYS: example_ids [batch, length] (1, 2, ... per example, 0 = padding) and cls_positions
-# [batch, K]; and nsp_weights [batch, K] (1 = a real example); their next_sentence_labels are [batch, K].
-PACKED_KEYS = ("example_ids", "cls_positions")
+# Optional model inputs. Packed rows (several examples per row, input_pipeline/packing.py) add
+# example_ids [batch, length] (1, 2, ... per example, 0 = padding) and cls_positions [batch, K]; and
+# nsp_weights [batch, K] (1 = a real example); their next_sentence_labels are [batch, K]. Unpadded
+# steps (config.unpad_multiple, input_pipeline/unpadding.py) add token_index [shards, tokens].
+OPTIONAL_KEYS = ("example_ids", "cls_positions", "token_index")
 
 
 @flax.struct.dataclass
@@ -93,9 +94,9 @@ def pretraining_losses(out, batch) -> dict[str, jax.Array]:
 
 def _loss(params, graphdef, batch, rng, deterministic: bool):
     model = nnx.merge(graphdef, params)
-    packed = {k: batch[k] for k in PACKED_KEYS if k in batch}
+    optional = {k: batch[k] for k in OPTIONAL_KEYS if k in batch}
     out = model(batch["input_ids"], batch["input_mask"], batch["segment_ids"], batch["masked_lm_positions"],
-                deterministic=deterministic, rngs=None if deterministic else nnx.Rngs(dropout=rng), **packed)
+                deterministic=deterministic, rngs=None if deterministic else nnx.Rngs(dropout=rng), **optional)
     m = pretraining_losses(out, batch)
     loss = m["mlm_loss_sum"] / jnp.maximum(m["mlm_weight"], 1e-5)
     if "nsp_loss_sum" in m:
@@ -126,6 +127,9 @@ def train_step(state: TrainState, batch: dict, rng: jax.Array, *, graphdef, tx, 
     if accumulation_steps == 1:
         grads, sums = grad_fn(state.params, graphdef, batch, rng, False)
     else:
+        if "token_index" in batch:
+            raise ValueError("unpadded batches (token_index) cannot be split into micro-batches: "
+                             "use accumulation_steps=1 or unpad_multiple=0")
         micro = jax.tree.map(lambda x: x.reshape(accumulation_steps, -1, *x.shape[1:]), batch)
 
         def body(carry, xs):

@@ -67,6 +67,19 @@ def make_input(config, split: str, process_index: int, process_count: int):
     raise ValueError(f"config.data.kind={config.data.kind!r}: expected 'pretraining' or 'synthetic'")
 
 
+def unpadded(place, config, mesh, rules):
+    """``place`` that first adds ``token_index`` when ``config.unpad_multiple`` > 0."""
+    multiple = config.get("unpad_multiple", 0)
+    if multiple and jax.process_count() > 1:
+        raise ValueError("config.unpad_multiple needs a single process: every host would have to agree on "
+                         "each batch's number of real tokens")
+    if multiple and config.optimizer.accumulation_steps > 1:
+        raise ValueError("config.unpad_multiple does not go with optimizer.accumulation_steps > 1")
+    from input_pipeline.unpadding import adding_token_index
+
+    return adding_token_index(place, sh.batch_shards(mesh, rules), multiple) if multiple else place
+
+
 def vocab_size_of(config) -> int:
     if config.data.kind == "synthetic":
         return config.model.vocab_size
@@ -223,7 +236,7 @@ def run(config, workdir: str | Path) -> dict:
     progress = Progress(step, total, config.batch_size, enabled=is_main)
     pending, last = [], {}
 
-    place = functools.partial(sh.global_batch, mesh=mesh, rules=rules)
+    place = unpadded(functools.partial(sh.global_batch, mesh=mesh, rules=rules), config, mesh, rules)
     prefetch = config.get("prefetch_batches", 0)
     if prefetch:  # read, pack and place the next batches while the step runs
         from bert_jax.prefetch import DevicePrefetch

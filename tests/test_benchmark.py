@@ -11,7 +11,7 @@ from bert_jax.flops import dense_mlm_flops, pretraining_flops, published_peak
 
 # Less LLVM optimisation: the step compiles in about half the time (its speed does not matter here).
 TINY = ["--size", "tiny", "--seq_len", "32", "--vocab_size", "512", "--mesh", "1,1,1",
-        "--xla_option", "xla_backend_optimization_level=0"]
+        "--xla_option", "xla_backend_optimization_level=0", "--reuse_host_memory", "default"]
 
 
 def test_flops_match_a_hand_count_of_every_matmul():
@@ -28,6 +28,9 @@ def test_flops_match_a_hand_count_of_every_matmul():
     head = [(b * p, h, h), (b * p, h, v)]  # MLM transform and tied decoder on the P gathered positions
     forward = 2 * cfg.num_layers * sum(m * k * n for m, k, n in per_layer) + 2 * sum(m * k * n for m, k, n in head)
     assert pretraining_flops(cfg, b, s, p) == 3 * forward  # backward = 2 x forward
+    t = 7  # unpadded: the blocks' dense work on 7 token slots, attention still on [b, s]
+    dense_per_token = 3 * 2 * cfg.num_layers * (4 * h * h + 2 * h * i)
+    assert pretraining_flops(cfg, b, s, p, tokens=t) == 3 * forward - (b * s - t) * dense_per_token
     # BERT-base at S=128, B=8, P=20: 559 GFLOP with the gathered head, 684 with a dense one.
     base = BertConfig.from_size("base")
     assert round(pretraining_flops(base, 8, 128, 20) / 1e9) == 559
@@ -90,15 +93,18 @@ def test_variants_take_turns_with_our_step(tmp_path, monkeypatch):
     out = tmp_path / "v.jsonl"
     (r,) = benchmark.main([*TINY, "--batch_size", "2", "--steps", "2", "--warmup", "1", "--compare_block", "1",
                            "--short_seq_prob", "0.8", "--variant", "--packing 3 --rng_impl rbg --attention_dropout 0",
-                           "--output", str(out)])
-    assert r["mode"] == "compare" and r["variants"] == ["--packing 3 --rng_impl rbg --attention_dropout 0"]
+                           "--variant", "--unpad_multiple 8", "--output", str(out)])
+    assert r["variants"] == ["--packing 3 --rng_impl rbg --attention_dropout 0", "--unpad_multiple 8"]
     names = [x["name"] for x in r["implementations"]]
-    assert names == ["ours", "ours --packing 3 --rng_impl rbg --attention_dropout 0"]
-    unpacked, packed = (x["real_tokens_per_step"] for x in r["implementations"])
+    assert names == ["ours", "ours --packing 3 --rng_impl rbg --attention_dropout 0", "ours --unpad_multiple 8"]
+    unpacked, packed, unpadded = (x["real_tokens_per_step"] for x in r["implementations"])
     assert 0 < unpacked < packed <= 2 * 32  # short examples leave padding, which packing fills
+    assert unpadded == unpacked  # the same batches; the blocks skip their padding
+    assert "token slots" in r["implementations"][2]["label"]
+    flops = [x["model_flops_per_step"] for x in r["implementations"]]
+    assert flops[0] == flops[1] > flops[2]  # the same work, but unpadded blocks skip padding
     for x in r["implementations"]:
         assert x["step_time_median_s"] > 0 and x["loss_last"] > 0
-        assert x["model_flops_per_step"] == r["implementations"][0]["model_flops_per_step"]  # same work
     assert set(r["ratio_tokens_per_s"]) == set(names[1:])
     assert json.loads(out.read_text())["implementations"] == r["implementations"]
 
@@ -110,6 +116,7 @@ def test_variant_arguments(capsys):
     assert (n2, v2.scan, v2.rng_impl) == ("--rng_impl rbg", True, "rbg")
     for argv, message in [(["--variant", "--seq_len 64"], "not the shapes or the mode; --seq_len"),
                           (["--variant", "rbg"], "no flag"),
+                          (["--variant", "--reuse_host_memory reuse"], "--reuse_host_memory"),
                           (["--variant", "--noscan", "--memory_only"], "do not go with")]:
         with pytest.raises(SystemExit):
             benchmark.parse_args(argv)
@@ -119,7 +126,8 @@ def test_variant_arguments(capsys):
 @pytest.mark.parametrize("argv", [["--batch_size", "3", "--mesh", "2,1,1"]])
 def test_batch_not_divisible_by_the_mesh_is_an_error(argv):
     with pytest.raises(ValueError, match="not divisible"):
-        benchmark.main(["--size", "tiny", "--vocab_size", "512", "--memory_only", "--output", "", *argv])
+        benchmark.main(["--size", "tiny", "--vocab_size", "512", "--memory_only", "--output", "",
+                        "--reuse_host_memory", "default", *argv])
 
 
 @pytest.mark.slow  # ~40 s (torch and transformers imports, three compiles); CI lacks the extra anyway
@@ -152,7 +160,8 @@ def test_compare_with_hugging_face_on_a_tiny_model(tmp_path, monkeypatch):
 def test_compare_without_the_bench_extra_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "transformers", None)  # `import transformers` raises ImportError
     with pytest.raises(SystemExit, match=r"needs transformers.*pip install -e '\.\[bench\]'"):
-        benchmark.main(["--size", "tiny", "--compare", "hf-torch,hf-flax", "--output", ""])
+        benchmark.main(["--size", "tiny", "--compare", "hf-torch,hf-flax", "--output", "",
+                        "--reuse_host_memory", "default"])
 
 
 def test_compare_argument_errors(capsys):
