@@ -185,7 +185,8 @@ class Bench:
 
     def host_batches(self, batch_size: int, num_batches: int = 4) -> list[dict[str, np.ndarray]]:
         """The first ``num_batches`` of the synthetic batches the steps cycle through; with
-        ``--unpad_multiple`` each has a ``token_index`` of one size, that of the fullest of four."""
+        ``--unpad_multiple`` each has a ``token_index`` of one size, that of the fullest of four
+        (none if that is every slot)."""
         data = self.data(batch_size)
         host = [next(data) for _ in range(max(num_batches, 4))]
         if self.args.unpad_multiple:
@@ -196,9 +197,8 @@ class Bench:
 
     def block_tokens(self, batch_size: int) -> int | None:
         """The token slots the blocks run on with ``--unpad_multiple`` (None: all B·S)."""
-        if not self.args.unpad_multiple:
-            return None
-        return self.host_batches(batch_size, 1)[0]["token_index"].size
+        batch = self.host_batches(batch_size, 1)[0] if self.args.unpad_multiple else {}
+        return batch["token_index"].size if "token_index" in batch else None
 
     def compile(self, batch_size: int):
         """(compiled step, lower seconds, compile seconds), from shapes only."""

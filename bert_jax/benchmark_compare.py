@@ -87,8 +87,9 @@ def ours(bench, batch_size: int, peak, variant: str = "") -> Impl:
     if variant:
         name, label = f"ours {variant}", f"bert_jax train_step with {variant}"
     tokens = bench.block_tokens(batch_size)
-    if tokens:
-        label += f" (blocks on {tokens} of {batch_size * a.seq_len} token slots)"
+    if a.unpad_multiple:
+        label += (f" (blocks on {tokens} of {batch_size * a.seq_len} token slots)" if tokens
+                  else " (no padding to skip: the padded step)")
     return Impl(name, label, jax.devices()[0].platform, lambda: step()["loss"], lower_s + compile_s,
                 pretraining_flops(bench.cfg, batch_size, a.seq_len, a.max_predictions, tokens),
                 "gathered", peak, step.real_tokens)

@@ -10,7 +10,8 @@ Each of the ``shards`` equal groups of rows (the rows one data-parallel device h
 flat positions (row · length + column, within the group) of its real tokens (``input_mask`` 1), in
 order, then filler (= rows · length, out of range). ``tokens`` is the largest group's count rounded
 up to a multiple of ``multiple``, so a run compiles one step per size it meets, not one per batch;
-``min_tokens`` raises it (the benchmark gives all its batches one shape).
+``min_tokens`` raises it (the benchmark gives all its batches one shape). A batch whose count
+rounds up to every slot keeps its padded form.
 """
 
 from __future__ import annotations
@@ -43,8 +44,10 @@ def token_index(input_mask: np.ndarray, shards: int = 1, multiple: int = 64, min
 
 def with_token_index(batch: dict[str, np.ndarray], shards: int = 1, multiple: int = 64,
                      min_tokens: int = 0) -> dict[str, np.ndarray]:
-    """The batch plus ``token_index`` [shards, tokens] from its ``input_mask``."""
-    return {**batch, "token_index": token_index(batch["input_mask"], shards, multiple, min_tokens)}
+    """The batch plus ``token_index`` [shards, tokens] from its ``input_mask``; the batch as it is
+    when the count rounds up to every slot (nothing to skip: the padded step is the cheaper one)."""
+    index = token_index(batch["input_mask"], shards, multiple, min_tokens)
+    return batch if index.size >= batch["input_mask"].size else {**batch, "token_index": index}
 
 
 def adding_token_index(place, shards: int, multiple: int):
@@ -54,11 +57,11 @@ def adding_token_index(place, shards: int, multiple: int):
 
     def place_unpadded(batch: dict[str, np.ndarray]):
         batch = with_token_index(batch, shards, multiple)
-        tokens = batch["token_index"].shape[1]
+        slots = batch["input_mask"].size // shards
+        tokens = batch["token_index"].shape[1] if "token_index" in batch else slots
         if tokens not in seen:
             seen.add(tokens)
-            log.info("unpadded batches of %d tokens per shard (of %d): a step of that size compiles", tokens,
-                     batch["input_mask"].size // shards)
+            log.info("unpadded batches of %d tokens per shard (of %d): a step of that size compiles", tokens, slots)
         return place(batch)
 
     return place_unpadded

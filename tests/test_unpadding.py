@@ -36,6 +36,9 @@ def test_token_index_lists_each_shards_real_tokens_then_filler():
     assert token_index(mask, shards=2, multiple=100).shape == (2, 8)  # never more than the shard holds
     assert token_index(mask, shards=2, multiple=2, min_tokens=8).shape == (2, 8)
     assert token_index(np.zeros((2, 4)), multiple=4).shape == (1, 4)  # an empty batch still has a shape
+    full = {"input_mask": np.ones((2, 4))}
+    assert with_token_index(full, multiple=3) is full  # nothing to skip: the padded step
+    assert "token_index" in with_token_index({"input_mask": mask}, multiple=3)
 
 
 @pytest.mark.parametrize("mask, kw, match", [
