@@ -206,11 +206,8 @@ class Bench:
         if batch_size % shards:
             raise ValueError(f"batch_size {batch_size} is not divisible by the {shards} batch shards of mesh "
                              f"{dict(self.mesh.shape)}")
-        if self.args.unpad_multiple:  # the token count depends on the data
-            batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in self.host_batches(batch_size, 1)[0].items()}
-        else:
-            one = next(self.data(1))
-            batch = {k: jax.ShapeDtypeStruct((batch_size, *v.shape[1:]), v.dtype) for k, v in one.items()}
+        # The shapes of the batches the steps will see (unpadded: the token count depends on the data).
+        batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in self.host_batches(batch_size, 1)[0].items()}
         t0 = time.perf_counter()
         lowered = self.step_fn.lower(self.abstract_state, batch, self.rng)
         t1 = time.perf_counter()
