@@ -34,49 +34,15 @@ memory beside JAX; there PyTorch is allowed TF32 matmuls, as JAX's default float
 
 from __future__ import annotations
 
-import argparse
-import math
-import shlex
 import statistics
 import time
 
 import jax
 import numpy as np
 
-from bert_jax.benchmark import Bench, parse_args
-from bert_jax.benchmark_hf import IMPLEMENTATIONS, Impl, hf_flax, hf_torch, load_libraries
+from bert_jax.benchmark import Bench
+from bert_jax.benchmark_hf import Impl, hf_flax, hf_torch, load_libraries
 from bert_jax.flops import FORMULA, device_peak, pretraining_flops
-
-SHAPE_FLAGS = ("--size", "--seq_len", "--batch_size", "--sweep", "--max_predictions", "--vocab_size", "--mesh",
-               "--short_seq_prob")  # what must be the same for every variant: the work and the data
-
-
-def variant_args(parser, argv: list[str], variant: str) -> argparse.Namespace:
-    """The arguments of ``--variant variant``: ``argv`` with the variant's flags added (they win)."""
-    extra = shlex.split(variant)
-    flags = {x.split("=")[0] for x in extra if x.startswith("--")}
-    clash = sorted(flags & {*SHAPE_FLAGS, "--variant", "--compare", "--memory_only", "--find_max_batch",
-                            "--reuse_host_memory"})  # a setting of the whole process
-    if clash or not flags:
-        parser.error(f"--variant {variant!r}: expected flags that change how the step runs (e.g. '--rng_impl rbg'), "
-                     f"not the shapes or the mode; {', '.join(clash) or 'no flag'} given")
-    return parse_args([x for x in argv if not x.startswith("--variant=")] + extra)
-
-
-def check_args(parser, args) -> None:
-    """``parser.error`` unless ``args`` (``--compare`` or ``--variant`` given) describe a comparison we can run."""
-    unknown = sorted(set(args.compare) - set(IMPLEMENTATIONS))
-    if unknown:
-        parser.error(f"--compare {','.join(unknown)}: expected a comma list of {', '.join(IMPLEMENTATIONS)}")
-    if args.memory_only or args.find_max_batch:
-        parser.error("--compare and --variant time steps: they do not go with --memory_only or --find_max_batch")
-    if not args.compare:
-        return
-    for a in [args, *(v for _, v in getattr(args, "variants", []))]:
-        if a.dtype != "float32":
-            parser.error("--compare runs every implementation in float32: leave --dtype at float32")
-    if math.prod(int(x) for x in args.mesh.split(",")) != 1:
-        parser.error(f"--compare runs on one device (the references know no mesh): --mesh {args.mesh} is not 1,1,1")
 
 
 def ours(bench, batch_size: int, peak, variant: str = "") -> Impl:
