@@ -1,6 +1,7 @@
 """Unpadded steps: where the real tokens are (host side), and blocks run on them alone compute what
 the padded blocks compute, in the model, the train step and the trainer."""
 
+import dataclasses
 import functools
 
 import jax
@@ -70,6 +71,18 @@ def test_unpadded_blocks_give_the_padded_losses_and_gradients(shards):
     for path, g in jax.tree_util.tree_leaves_with_path(grads):
         np.testing.assert_allclose(_at(grads_u, path), g, rtol=1e-4, atol=1e-6 * scale,
                                    err_msg=jax.tree_util.keystr(path))
+
+
+def test_unpadded_blocks_unrolled_with_remat_and_bfloat16():
+    """The forward pass (losses) in the other execution variants."""
+    b = with_token_index(batch(), 2, multiple=8)
+    for cfg in (dataclasses.replace(CFG, scan_layers=False, remat_policy="full"),
+                dataclasses.replace(CFG, dtype="bfloat16")):
+        params = ts.init_state(cfg, "nsp", optax.sgd(0.1), 0).params
+        loss = jax.jit(functools.partial(ts._loss, graphdef=ts.model_graphdef(cfg, "nsp"), rng=None,
+                                         deterministic=True))
+        np.testing.assert_allclose(loss(params, batch=b)[1]["mlm_loss_sum"],
+                                   loss(params, batch=batch())[1]["mlm_loss_sum"], rtol=1e-5)
 
 
 def _at(tree, path):
