@@ -101,6 +101,7 @@ class Bench:
             in_shardings=(self.shardings, self.batch_sh, None), out_shardings=(self.shardings, None),
             donate_argnums=0)
         self.rng, self.state = jax.random.key(0, impl=args.rng_impl), None
+        self._host: tuple[int | None, list] = (None, [])  # (batch size, its host batches)
         self.compiler_options = {k: json.loads(v) if v[:1].isdigit() or v in ("true", "false") else v
                                  for k, _, v in (o.partition("=") for o in args.xla_option)}
 
@@ -114,16 +115,18 @@ class Bench:
         return PackedBatches(examples, batch_size, max_examples=k) if k else examples
 
     def host_batches(self, batch_size: int, num_batches: int = 4) -> list[dict[str, np.ndarray]]:
-        """The first ``num_batches`` of the synthetic batches the steps cycle through; with
-        ``--unpad_multiple`` each has a ``token_index`` of one size, that of the fullest of four
-        (none if that is every slot)."""
-        data = self.data(batch_size)
-        host = [next(data) for _ in range(max(num_batches, 4))]
-        if self.args.unpad_multiple:
-            shards, m = sh.batch_shards(self.mesh, self.rules), self.args.unpad_multiple
-            tokens = max(token_index(b["input_mask"], shards, m).shape[1] for b in host)
-            host = [with_token_index(b, shards, m, min_tokens=tokens) for b in host]
-        return host[:num_batches]
+        """The first ``num_batches`` (at most 4) of the synthetic batches the steps cycle through;
+        with ``--unpad_multiple`` each has a ``token_index`` of one size, that of the fullest of the
+        four (none if that is every slot). Made once per batch size (compile, step and report share them)."""
+        if self._host[0] != batch_size:
+            data = self.data(batch_size)
+            host = [next(data) for _ in range(4)]
+            if self.args.unpad_multiple:
+                shards, m = sh.batch_shards(self.mesh, self.rules), self.args.unpad_multiple
+                tokens = max(token_index(b["input_mask"], shards, m).shape[1] for b in host)
+                host = [with_token_index(b, shards, m, min_tokens=tokens) for b in host]
+            self._host = (batch_size, host)
+        return self._host[1][:num_batches]
 
     def block_tokens(self, batch_size: int) -> int | None:
         """The token slots the blocks run on with ``--unpad_multiple`` (None: all B·S)."""
@@ -158,7 +161,7 @@ class Bench:
         count = itertools.count()
 
         def step() -> dict:
-            self.state, metrics = compiled(self.state, batches[next(count) % num_batches], self.rng)
+            self.state, metrics = compiled(self.state, batches[next(count) % len(batches)], self.rng)
             jax.block_until_ready((self.state, metrics))
             return metrics
 
