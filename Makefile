@@ -27,7 +27,7 @@ test-all: install
 lint: install
 	$(VENV)/bin/ruff check .
 
-# The end-to-end demo (bert_jax/demo.py): Wikipedia text -> vocabulary -> pre-training -> fine-tuning
+# The end-to-end demo (bert_jax/demo/pipeline.py): Wikipedia text -> vocabulary -> pre-training -> fine-tuning
 # on movie reviews three ways -> a table (also in <workdir>/demo_results.md). Re-running reuses the
 # workdir. `make demo FRESH=1` starts over, `make demo PRETRAIN_STEPS=N` pre-trains longer,
 # DEMO_DIR=... picks the workdir (default ~/.cache/bert_jax/demo/run, or $$BERT_JAX_CACHE/demo/run).

@@ -1,4 +1,4 @@
-r"""Pre-training and fine-tuning entry point: parses flags and calls ``bert_jax.trainer.run``.
+r"""Pre-training and fine-tuning entry point: parses flags and calls ``bert_jax.training.trainer.run``.
 
     python train.py --config configs/pretrain.py:size=tiny,runlocal --workdir /tmp/w \
         [--config.num_train_steps=2000 ...]
@@ -18,9 +18,9 @@ flags.mark_flags_as_required(["config"])
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    from bert_jax import host_memory, trainer
+    from bert_jax.training import host_memory, trainer
 
-    # Before JAX starts its backend: config.reuse_host_memory (bert_jax/host_memory.py).
+    # Before JAX starts its backend: config.reuse_host_memory (bert_jax/training/host_memory.py).
     host_memory.reuse_freed_memory(FLAGS.config.get("reuse_host_memory", "default"))
     logging.set_verbosity(logging.INFO)
     # Orbax logs ~50 INFO lines per checkpoint save; keep its warnings, drop the chatter.

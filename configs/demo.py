@@ -1,6 +1,6 @@
 r"""``make demo``'s pre-training stage: the tiny BERT (2 layers, 128 hidden) on the English Wikipedia
 excerpt of the gensim wheel, MLM + NSP with dynamic masking, within a few minutes of 2 CPU cores.
-`bert_jax.demo` runs it (after building the vocabulary); by hand:
+`python -m bert_jax.demo` runs it (after building the vocabulary); by hand:
 
     python train.py --config configs/demo.py:steps=400 --workdir /tmp/demo_pretrain \
         --config.data.vocab=DEMO_WORKDIR/vocab/vocab.txt
@@ -11,7 +11,7 @@ Departures from configs/pretrain.py's runlocal settings and why (none was chosen
 task's dev split):
 
 * the vocabulary is the demo's own WordPiece vocabulary learned from the same text (8k tokens;
-  see bert_jax/demo.py), not MiniLM's 30k: on ~0.6M tokens most of a 30k vocabulary is rare, and
+  see bert_jax/demo/pipeline.py), not MiniLM's 30k: on ~0.6M tokens most of a 30k vocabulary is rare, and
   the MLM softmax over it costs more than the rest of the tiny model;
 * batch 32 × 128, learning rate 2e-3 with 10% warmup and linear decay to 0 over the run (the
   schedule ends with the run, so a short run still anneals), and Adam *with* bias correction. The

@@ -15,7 +15,7 @@ diagnostic set is predicted by an MNLI run: ``--config.predict_splits='("test_ma
 """
 
 from bert_jax.config_args import parse_arg
-from bert_jax.finetune_config import base_config
+from bert_jax.finetuning.config import base_config
 
 
 def get_config(arg=None):

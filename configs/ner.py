@@ -13,7 +13,7 @@ format, or ``tfds`` (TFDS ``conll2003``). Use a cased vocabulary: case matters f
 """
 
 from bert_jax.config_args import parse_arg
-from bert_jax.finetune_config import base_config
+from bert_jax.finetuning.config import base_config
 
 
 def get_config(arg=None):

@@ -21,6 +21,7 @@ The paper on a Cloud TPU (batch 256, 1M steps; data prepared as in docs/data.md,
 import ml_collections
 
 from bert_jax.config_args import parse_arg
+from bert_jax.training.sharding import DEFAULT_RULES
 
 PAPER_STEPS = 1_000_000
 PHASE1_STEPS = 900_000  # 90% at length 128, then 10% at 512 on the same schedule
@@ -39,7 +40,7 @@ def get_config(arg=None):
     # checkpoints: it can change between runs.
     c.rng_impl = "threefry2x32"
     # Host-to-device prefetch: read (and pack) the next batches and place them on the devices in a
-    # background thread while the step runs (bert_jax/prefetch.py); 0 = in the loop. Same batches,
+    # background thread while the step runs (bert_jax/training/prefetch.py); 0 = in the loop. Same batches,
     # same order, either way.
     c.prefetch_batches = 2
     # Unpadded steps: M > 0 runs the transformer blocks' projections and feed-forward on the real
@@ -47,7 +48,7 @@ def get_config(arg=None):
     # of M per data-parallel shard; every new count compiles the step once more. Same numbers as
     # padded (up to dropout masks); pays off with padding (docs/benchmarks.md). Single process only.
     c.unpad_multiple = 0
-    # Host memory on CPU backends (bert_jax/host_memory.py, read by train.py before JAX starts):
+    # Host memory on CPU backends (bert_jax/training/host_memory.py, read by train.py before JAX starts):
     # "reuse" keeps freed buffers mapped, so the step's buffers are not page-faulted in again every
     # step (BERT-base batch 8: 1.1-1.3x faster), but the process holds (and fragments) its peak
     # memory; "auto" reuses only when JAX runs on the CPU; "default" leaves glibc's malloc as it is.
@@ -78,16 +79,14 @@ def get_config(arg=None):
     c.num_train_steps = PAPER_STEPS if long else PHASE1_STEPS
     c.init_checkpoint = ""  # phase 2: phase 1's workdir (state, optimizer and step carry over)
     # The paper's optimizer: Adam without bias correction as in the released code (see
-    # bert_jax/optim.py), lr 1e-4, 10k warmup, linear decay to 0 at step 1M over both phases.
+    # bert_jax/training/optim.py), lr 1e-4, 10k warmup, linear decay to 0 at step 1M over both phases.
     c.optimizer = ml_collections.ConfigDict(dict(
         optimizer="adamw_bert", learning_rate=1e-4, warmup_steps=10_000, num_train_steps=PAPER_STEPS,
         weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-6, clip_norm=1.0, bias_correction=False,
         schedule="bert", accumulation_steps=1))
 
     c.mesh_shape = (-1, 1, 1)  # (data, fsdp, tensor); e.g. (-1, 8, 1) for FSDP on a pod slice
-    c.sharding_rules = (("batch", ("data", "fsdp")), ("vocab", "tensor"), ("embed", "fsdp"),
-                        ("heads", "tensor"), ("kv", None), ("mlp", "tensor"), ("layers", None),
-                        ("length", None))
+    c.sharding_rules = DEFAULT_RULES  # logical axis -> mesh axes (bert_jax/training/sharding.py)
     c.log_every = 100
     c.eval_every = 10_000
     c.eval_steps = 50

@@ -14,7 +14,7 @@ Sentences are short (about 25-35 tokens), so batches are cut to their longest ro
 """
 
 from bert_jax.config_args import parse_arg
-from bert_jax.finetune_config import base_config
+from bert_jax.finetuning.config import base_config
 
 
 def get_config(arg=None):

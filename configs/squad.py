@@ -13,7 +13,7 @@ Named arguments: ``version`` (1.1 | 2.0), ``size`` (from scratch only), ``lr``, 
 """
 
 from bert_jax.config_args import parse_arg
-from bert_jax.finetune_config import base_config
+from bert_jax.finetuning.config import base_config
 
 
 def get_config(arg=None):

@@ -298,8 +298,8 @@ def main(argv) -> None:
 
     del argv
     f = flags.FLAGS
-    from bert_jax.package_data import resolve
     from input_pipeline import hide_accelerators_from_tf
+    from input_pipeline.package_data import resolve
 
     hide_accelerators_from_tf()
     summary = train_vocab(resolve(f.input), f.output_dir, model_type=f.model_type, vocab_size=f.vocab_size,

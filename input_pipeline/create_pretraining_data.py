@@ -41,8 +41,8 @@ import tensorflow as tf
 from absl import app, flags
 from tqdm.auto import tqdm
 
-from bert_jax.package_data import resolve
 from input_pipeline import examples, hide_accelerators_from_tf, pretraining, sources
+from input_pipeline.package_data import resolve
 from input_pipeline.tokenizers import WordPieceTokenizer
 
 log = logging.getLogger(__name__)

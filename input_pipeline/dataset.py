@@ -26,8 +26,8 @@ import logging
 import numpy as np
 import tensorflow as tf
 
-from bert_jax.package_data import resolve
 from input_pipeline import masking, pretraining, sources
+from input_pipeline.package_data import resolve
 
 log = logging.getLogger(__name__)
 RECORD_SUFFIXES = (".tfrecord", ".tfrecord.gz", ".tfrecords")

@@ -3,7 +3,7 @@
 `pack_examples` takes a batch of padded examples (DESIGN.md keys, each row one example with its
 own [CLS] ... [SEP]) and places them, first fit in order, into ``num_rows`` rows of the same
 length. The packed batch adds what the model needs to keep the examples apart
-(`bert_jax.models.BertForPreTraining` with ``example_ids`` and ``cls_positions``: attention only
+(`bert_jax.model.models.BertForPreTraining` with ``example_ids`` and ``cls_positions``: attention only
 within an example, positions restarting at each example, NSP/SOP from each example's [CLS]):
 
 * ``example_ids`` [rows, length]: 1, 2, ... for the tokens of the row's 1st, 2nd, ... example, 0 = padding;

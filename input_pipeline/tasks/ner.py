@@ -28,7 +28,7 @@ word boundaries into several rows with the same ``example_index`` (each row is t
 without the other rows' context; a single word longer than the budget keeps its first pieces).
 
 Evaluation: argmax over the tags at each first sub-token gives one tag per word; sentences are
-scored by `bert_jax.ner_metrics.ner_scores` (entity-level micro P/R/F1 with conlleval's chunk
+scored by `input_pipeline.tasks.ner_metrics.ner_scores` (entity-level micro P/R/F1 with conlleval's chunk
 rules, per-type scores, token accuracy; fractions). ``predictions_<split>.txt`` is conlleval's
 input: ``WORD GOLD PRED`` per line, a blank line after each sentence, and ``-DOCSTART- O O``
 (followed by a blank line) where the source had one: ``conlleval.pl < predictions_dev.txt``.
@@ -45,8 +45,8 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from bert_jax.ner_metrics import ner_scores
 from input_pipeline.tasks.base import TaskDataError
+from input_pipeline.tasks.ner_metrics import ner_scores
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ Sources (``SentimentTask(source)``):
 
 * ``""`` or ``pkg:movie_reviews``: the 10,605 movie-review sentences with human sentiment scores of
   Hutto & Gilbert (ICWSM 2014), ``movieReviewSnippets_GroundTruth.txt`` from the ``vaderSentiment``
-  3.3.2 source distribution (MIT; fetched by `bert_jax.package_data`);
+  3.3.2 source distribution (MIT; fetched by `input_pipeline.package_data`);
 * a file of the user's in either format below, auto-detected from its first data line;
 * a directory holding ``train.tsv`` and ``dev.tsv`` (optionally ``test.tsv``) in either format:
   those are the splits, used as they are.
@@ -89,7 +89,7 @@ class SentimentTask:
     def _resolve(self) -> None:
         if self._files is not None or self._single is not None:
             return
-        from bert_jax.package_data import resolve
+        from input_pipeline.package_data import resolve
 
         path = resolve(self.source)
         if tf.io.gfile.isdir(path):
@@ -218,7 +218,7 @@ class SentimentTask:
         return logits
 
     def evaluate(self, examples, features, outputs) -> dict[str, float]:
-        from bert_jax.metrics import accuracy
+        from input_pipeline.tasks.metrics import accuracy
 
         labels = feature_labels(self.name, examples, features)
         acc = accuracy(labels, self._logits(features, outputs).argmax(-1))

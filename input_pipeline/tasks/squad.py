@@ -1,7 +1,7 @@
 """SQuAD v1.1 and v2.0 as a span task (the `Task` contract of base.py), following Google BERT's
 run_squad.py: read_squad_examples here, convert_examples_to_features in squad_features.py and
 write_predictions (n-best search, get_final_text, null threshold) in squad_postprocess.py; the
-official metrics are bert_jax/squad_metrics.py.
+official metrics are input_pipeline/tasks/squad_metrics.py.
 
 Sources (``SquadTask(version, source, data_dir=...)``):
 
@@ -262,7 +262,7 @@ class SquadTask:
             version_2_with_negative=self.version == "2.0", null_score_diff_threshold=self.null_score_diff_threshold)
 
     def evaluate(self, examples, features, outputs) -> dict[str, float]:
-        from bert_jax import squad_metrics
+        from input_pipeline.tasks import squad_metrics
 
         preds, _, null_odds = self.predict(examples, features, outputs)
         gold = {ex.qas_id: list(ex.answers) for ex in examples}

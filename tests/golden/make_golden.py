@@ -2,7 +2,7 @@
 
 Run it with ``make golden``: that target builds a separate venv (``~/.cache/bert_jax/golden-venv``
 with torch==2.13.0, transformers==5.23.0, numpy, safetensors) and runs this script there. It never
-imports bert_jax or jax; it loads ``bert_jax/package_data.py`` by file path (stdlib only) for the
+imports bert_jax or jax; it loads ``input_pipeline/package_data.py`` by file path (stdlib only) for the
 all-MiniLM-L6-v2 checkpoint and the movie-review sentences. Outputs (see tests/golden/README.md):
 
 - ``minilm_golden.npz``: tokens, per-layer hidden states and attention probabilities of
@@ -85,7 +85,7 @@ TOKENIZER_EDGE_CASES = [
 
 
 def _load_package_data():
-    """bert_jax/package_data.py loaded by path (stdlib only), so neither bert_jax nor jax is imported."""
+    """input_pipeline/package_data.py loaded by path (stdlib only), so neither bert_jax nor jax is imported."""
     path = REPO / "bert_jax" / "package_data.py"
     spec = importlib.util.spec_from_file_location("_bert_jax_package_data", path)
     module = importlib.util.module_from_spec(spec)

@@ -1,0 +1,5 @@
+"""``python -m bert_jax.benchmark``: see `bert_jax.benchmark.timing` for the usage."""
+
+from bert_jax.benchmark.timing import main
+
+main()

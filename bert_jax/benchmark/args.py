@@ -1,0 +1,113 @@
+"""The command line of ``python -m bert_jax.benchmark`` (usage in bert_jax/benchmark/timing.py's docstring):
+``parse_args``, and the checks of ``--compare`` and ``--variant`` (bert_jax/benchmark/compare.py)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shlex
+import sys
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    from bert_jax.benchmark import timing as benchmark  # its docstring is the usage text
+
+    p = argparse.ArgumentParser(prog="python -m bert_jax.benchmark", description=benchmark.__doc__.split("\n\n")[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    ints = lambda s: [int(x) for x in s.split(",") if x]  # noqa: E731
+    p.add_argument("--size", default="base", help="tiny | mini | small | medium | base | large")
+    p.add_argument("--seq_len", type=int, default=128)
+    p.add_argument("--batch_size", type=ints, default=[32], help="global batch; a comma list runs each")
+    p.add_argument("--sweep", action="store_true", help="run every power of two from 8 up to --batch_size")
+    p.add_argument("--steps", type=int, default=20, help="timed steps")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps after compilation")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="compute dtype")
+    p.add_argument("--remat", default="none", help="none | full | a jax.checkpoint_policies name")
+    p.add_argument("--scan", dest="scan", action="store_true", default=True, help="lax.scan over layers")
+    p.add_argument("--noscan", dest="scan", action="store_false", help="unrolled layers")
+    p.add_argument("--attention_impl", default="auto", choices=("auto", "xla", "cudnn", "explicit"))
+    p.add_argument("--attention_dropout", type=float, default=0.1,
+                   help="the paper's 0.1 forces the explicit attention path; 0 allows the fused one")
+    p.add_argument("--rng_impl", default="threefry2x32", choices=("threefry2x32", "philox4x32", "rbg", "unsafe_rbg"),
+                   help="PRNG of the dropout keys (config.rng_impl)")
+    p.add_argument("--max_predictions", type=int, default=None, help="P (default: 5/32 of seq_len)")
+    p.add_argument("--short_seq_prob", type=float, default=None,
+                   help="synthetic example lengths: with this probability uniform in [2, S], else S (the "
+                        "pre-training recipe's 0.1); default: uniform in [S/2, S]")
+    p.add_argument("--packing", type=int, default=0, metavar="K",
+                   help="pack up to K synthetic examples per row (segment-aware attention); 0 = one per row")
+    p.add_argument("--unpad_multiple", type=int, default=0, metavar="M",
+                   help="blocks on the real tokens only (config.unpad_multiple), counts rounded up to M; 0 = padded")
+    p.add_argument("--vocab_size", type=int, default=30522)
+    p.add_argument("--mesh", default=None,
+                   help="(data, fsdp, tensor); -1 = the remaining devices (default -1,1,1; 1,1,1 with --compare)")
+    p.add_argument("--memory_only", action="store_true", help="compile and report memory; run nothing")
+    p.add_argument("--find_max_batch", action="store_true", help="largest batch that fits --memory_gb")
+    p.add_argument("--memory_gb", default="16,40,80", help="GiB budgets for --find_max_batch")
+    p.add_argument("--batch_multiple", type=int, default=8, help="--find_max_batch granularity")
+    p.add_argument("--xla_option", action="append", default=[], metavar="KEY=VALUE",
+                   help="XLA compiler option for the step, repeatable (e.g. xla_backend_optimization_level=0)")
+    p.add_argument("--compare", default="", metavar="hf-torch,hf-flax",
+                   help="also time these reference implementations, taking turns with ours")
+    p.add_argument("--compare_block", type=int, default=5, help="--compare: steps per turn of each implementation")
+    p.add_argument("--variant", action="append", default=[], metavar='"--FLAG VALUE ..."',
+                   help="also time our step with these flags added, taking turns (repeatable)")
+    p.add_argument("--torch_threads", type=int, default=2, help="--compare: torch.set_num_threads")
+    p.add_argument("--profile", default="", metavar="DIR",
+                   help="after the timed steps, trace one more step with jax.profiler into DIR")
+    p.add_argument("--reuse_host_memory", default="default", choices=("auto", "reuse", "default"),
+                   help="keep freed host buffers mapped (bert_jax/training/host_memory.py; the whole process, "
+                        "references too)")
+    p.add_argument("--json", action="store_true", help="print the JSON line instead of a summary")
+    p.add_argument("--output", default="benchmark_results.jsonl", help="JSON lines appended here ('' = none)")
+    argv, given = [], list(sys.argv[1:] if argv is None else argv)
+    while given:  # "--variant --noscan" as one value: argparse would read two flags
+        x = given.pop(0)
+        argv.append(f"--variant={given.pop(0)}" if x == "--variant" and given else x)
+    args = p.parse_args(argv)
+    if args.max_predictions is None:
+        args.max_predictions = max(1, round(args.seq_len * 5 / 32))  # the paper's 20 at 128, 80 at 512
+    args.compare = [x for x in args.compare.split(",") if x]
+    if args.mesh is None:
+        args.mesh = "1,1,1" if args.compare else "-1,1,1"
+    args.variants = []
+    if args.compare or args.variant:
+        args.variants = [(v, variant_args(p, argv, v)) for v in args.variant]
+        check_args(p, args)
+    if args.sweep:
+        args.batch_size = [2**k for k in range(3, max(args.batch_size).bit_length()) if 2**k <= max(args.batch_size)]
+    return args
+
+
+SHAPE_FLAGS = ("--size", "--seq_len", "--batch_size", "--sweep", "--max_predictions", "--vocab_size", "--mesh",
+               "--short_seq_prob")  # what must be the same for every variant: the work and the data
+
+
+def variant_args(parser, argv: list[str], variant: str) -> argparse.Namespace:
+    """The arguments of ``--variant variant``: ``argv`` with the variant's flags added (they win)."""
+    extra = shlex.split(variant)
+    flags = {x.split("=")[0] for x in extra if x.startswith("--")}
+    clash = sorted(flags & {*SHAPE_FLAGS, "--variant", "--compare", "--memory_only", "--find_max_batch",
+                            "--reuse_host_memory"})  # a setting of the whole process
+    if clash or not flags:
+        parser.error(f"--variant {variant!r}: expected flags that change how the step runs (e.g. '--rng_impl rbg'), "
+                     f"not the shapes or the mode; {', '.join(clash) or 'no flag'} given")
+    return parse_args([x for x in argv if not x.startswith("--variant=")] + extra)
+
+
+def check_args(parser, args) -> None:
+    """``parser.error`` unless ``args`` (``--compare`` or ``--variant`` given) describe a comparison we can run."""
+    from bert_jax.benchmark.hf import IMPLEMENTATIONS
+
+    unknown = sorted(set(args.compare) - set(IMPLEMENTATIONS))
+    if unknown:
+        parser.error(f"--compare {','.join(unknown)}: expected a comma list of {', '.join(IMPLEMENTATIONS)}")
+    if args.memory_only or args.find_max_batch:
+        parser.error("--compare and --variant time steps: they do not go with --memory_only or --find_max_batch")
+    if not args.compare:
+        return
+    for a in [args, *(v for _, v in getattr(args, "variants", []))]:
+        if a.dtype != "float32":
+            parser.error("--compare runs every implementation in float32: leave --dtype at float32")
+    if math.prod(int(x) for x in args.mesh.split(",")) != 1:
+        parser.error(f"--compare runs on one device (the references know no mesh): --mesh {args.mesh} is not 1,1,1")

@@ -1,0 +1,290 @@
+r"""Speed and memory of one BERT pre-training step (MLM + NSP), the step the trainer runs.
+
+    python -m bert_jax.benchmark --size base --seq_len 128 --batch_size 32 [--steps 20] [--warmup 3]
+        [--dtype float32|bfloat16] [--remat none|full|dots_saveable|...] [--scan|--noscan]
+        [--attention_impl auto|xla|cudnn|explicit] [--attention_dropout 0.1] [--max_predictions P]
+        [--mesh -1,1,1] [--json] [--output benchmark_results.jsonl]
+    python -m bert_jax.benchmark --size base --batch_size 8,32          # several batch sizes, one run
+    python -m bert_jax.benchmark --size large --seq_len 512 --batch_size 16 --memory_only
+    python -m bert_jax.benchmark --size large --seq_len 512 --find_max_batch --memory_gb 16,40,80
+    python -m bert_jax.benchmark --compare hf-torch,hf-flax --size base --seq_len 128 --batch_size 8
+    python -m bert_jax.benchmark --size base --batch_size 8 --variant "--rng_impl rbg" --variant "--noscan"
+
+It jits the real `bert_jax.training.train_step.train_step` for ``BertForPreTraining`` (MLM + NSP) as
+`bert_jax.training.trainer` does (``configs/pretrain.py``'s optimizer and sharding rules, a ('data', 'fsdp',
+'tensor') mesh, donated state), compiles it ahead of time for synthetic batches of the real shapes
+(P = ``--max_predictions``: 20 at length 128, 80 at 512), runs ``--warmup`` steps, then times
+``--steps`` steps one by one (each waits for its outputs; the input is already on the device).
+
+Reported: compile time (lower + compile), step time (median, min), rows/s, tokens/s (B·S per
+step, padding included) and real tokens/s (the synthetic examples' lengths: uniform in [S/2, S],
+or ``--short_seq_prob``'s recipe; ``--packing K`` puts up to K examples in a row, with
+segment-aware attention), model FLOPs per step (bert_jax/benchmark/flops.py)
+
+    6·B·[S·L·(4H² + 2H·I) + P·(H² + H·V)] + 12·L·B·S²·H
+
+achieved FLOP/s, MFU against the peak (published dense peaks of known GPUs/TPUs times the devices;
+on a CPU a 2048³ float32 matmul measured in the same run: a practical, not a hardware, peak), and
+XLA's memory analysis per device: arguments + outputs + temp − aliased (the donated state counts
+once). ``--memory_only`` compiles and reports memory, running nothing; ``--find_max_batch`` finds,
+by compiling only, the largest batch (a multiple of ``--batch_multiple``) whose estimate fits each
+of ``--memory_gb`` GiB, so it works on a CPU for any model size (a CPU compile approximates a GPU's
+or TPU's buffer assignment; it keeps bfloat16 no smaller than float32).
+
+Each result is appended as one JSON line to ``--output`` (default ``benchmark_results.jsonl`` in
+the working directory); ``--json`` prints that line instead of the summary. ``--profile DIR``
+traces one more step with ``jax.profiler`` (TensorBoard/xprof files and a Perfetto
+``*.trace.json.gz``) to see where the step's time goes.
+
+``--compare hf-torch,hf-flax`` times Hugging Face's BertForPreTraining (PyTorch) and
+FlaxBertForPreTraining on the same shapes in the same run, taking turns with ours
+(bert_jax/benchmark/compare.py, bert_jax/benchmark/hf.py; needs ``pip install -e '.[bench]'``).
+``--variant "FLAGS"`` (repeatable) times our step again with FLAGS added to the command line, in
+the same turns: the way to measure a lever's before/after on a machine whose speed drifts.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import math
+import os
+import time
+
+import jax
+import numpy as np
+
+from bert_jax.benchmark.args import parse_args
+from bert_jax.benchmark.flops import FORMULA, dense_mlm_flops, device_peak, pretraining_flops
+from bert_jax.benchmark.memory import GIB, find_max_batch, memory_report
+from bert_jax.config_args import load_config_file
+from bert_jax.model.config import BertConfig, count_params
+from bert_jax.training import host_memory
+from bert_jax.training import sharding as sh
+from bert_jax.training import train_step as ts
+from bert_jax.training.optim import make_optimizer
+from input_pipeline.packing import PackedBatches
+from input_pipeline.synthetic import SyntheticBatches
+from input_pipeline.unpadding import token_index, with_token_index
+
+
+def mean_real_tokens(batches: list[dict[str, np.ndarray]]) -> float:
+    """Mean real (not padding) tokens per batch."""
+    return float(np.mean([b["input_mask"].sum() for b in batches]))
+
+
+class Bench:
+    """The model, optimizer, mesh and jitted step for one configuration (any batch size)."""
+
+    def __init__(self, args):
+        self.args = args
+        config = load_config_file("pretrain", f"size={args.size},synthetic=True")
+        m = config.model
+        self.cfg = BertConfig.from_size(
+            args.size, vocab_size=args.vocab_size, max_position_embeddings=max(m.max_position_embeddings, args.seq_len),
+            dtype=args.dtype, scan_layers=args.scan, remat_policy=args.remat, attention_impl=args.attention_impl,
+            hidden_dropout_prob=m.hidden_dropout_prob, attention_dropout_prob=args.attention_dropout)
+        self.objective = config.objective
+        self.tx, self.schedule = make_optimizer({**config.optimizer.to_dict(), "accumulation_steps": 1})
+        shape = tuple(int(x) for x in args.mesh.split(","))
+        devices = jax.devices() if -1 in shape else jax.devices()[: math.prod(shape)]
+        self.mesh = sh.make_mesh(shape, devices)
+        self.rules = tuple(tuple(r) for r in config.sharding_rules)
+        self.shardings = ts.state_shardings(self.cfg, self.objective, self.tx, self.mesh, self.rules)
+        self.abstract_state = jax.eval_shape(
+            functools.partial(ts.init_state, self.cfg, self.objective, self.tx, 0))
+        self.batch_sh = sh.batch_sharding(self.mesh, self.rules)
+        self.step_fn = jax.jit(
+            functools.partial(ts.train_step, graphdef=ts.model_graphdef(self.cfg, self.objective),
+                              tx=self.tx, schedule=self.schedule),
+            in_shardings=(self.shardings, self.batch_sh, None), out_shardings=(self.shardings, None),
+            donate_argnums=0)
+        self.rng, self.state = jax.random.key(0, impl=args.rng_impl), None
+        self._host: tuple[int | None, list] = (None, [])  # (batch size, its host batches)
+        self.compiler_options = {k: json.loads(v) if v[:1].isdigit() or v in ("true", "false") else v
+                                 for k, _, v in (o.partition("=") for o in args.xla_option)}
+
+    def data(self, batch_size: int, packed: bool = True):
+        """Synthetic batches of ``batch_size`` rows; with ``--packing K`` (and ``packed``) each row
+        packs up to K of the synthetic examples (input_pipeline/packing.py)."""
+        k = self.args.packing if packed else 0
+        examples = SyntheticBatches(batch_size=batch_size * max(k, 1), seq_len=self.args.seq_len,
+                                    max_predictions=self.args.max_predictions, vocab_size=self.cfg.vocab_size,
+                                    short_seq_prob=self.args.short_seq_prob)
+        return PackedBatches(examples, batch_size, max_examples=k) if k else examples
+
+    def host_batches(self, batch_size: int, num_batches: int = 4) -> list[dict[str, np.ndarray]]:
+        """The first ``num_batches`` (at most 4) of the synthetic batches the steps cycle through;
+        with ``--unpad_multiple`` each has a ``token_index`` of one size, that of the fullest of the
+        four (none if that is every slot). Made once per batch size (compile, step and report share them)."""
+        if self._host[0] != batch_size:
+            data = self.data(batch_size)
+            host = [next(data) for _ in range(4)]
+            if self.args.unpad_multiple:
+                shards, m = sh.batch_shards(self.mesh, self.rules), self.args.unpad_multiple
+                tokens = max(token_index(b["input_mask"], shards, m).shape[1] for b in host)
+                host = [with_token_index(b, shards, m, min_tokens=tokens) for b in host]
+            self._host = (batch_size, host)
+        return self._host[1][:num_batches]
+
+    def block_tokens(self, batch_size: int) -> int | None:
+        """The token slots the blocks run on with ``--unpad_multiple`` (None: all B·S)."""
+        batch = self.host_batches(batch_size, 1)[0] if self.args.unpad_multiple else {}
+        return batch["token_index"].size if "token_index" in batch else None
+
+    def compile(self, batch_size: int):
+        """(compiled step, lower seconds, compile seconds), from shapes only."""
+        shards = math.prod(self.mesh.shape[a] for a in ("data", "fsdp"))
+        if batch_size % shards:
+            raise ValueError(f"batch_size {batch_size} is not divisible by the {shards} batch shards of mesh "
+                             f"{dict(self.mesh.shape)}")
+        # The shapes of the batches the steps will see (unpadded: the token count depends on the data).
+        batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in self.host_batches(batch_size, 1)[0].items()}
+        t0 = time.perf_counter()
+        lowered = self.step_fn.lower(self.abstract_state, batch, self.rng)
+        t1 = time.perf_counter()
+        compiled = lowered.compile(compiler_options=self.compiler_options or None)
+        return compiled, t1 - t0, time.perf_counter() - t1
+
+    def stepper(self, compiled, batch_size: int, num_batches: int = 4):
+        """A function running one step of ``compiled`` on the next of ``num_batches`` synthetic batches
+        (already on the device) and waiting for it; it returns the step's metrics. The state is
+        initialised once (a compiled init), then carried in ``self.state`` across batch sizes.
+        ``step.real_tokens``: the mean real (not padding) tokens of those batches."""
+        if self.state is None:
+            init = jax.jit(functools.partial(ts.init_state, self.cfg, self.objective, self.tx, 0),
+                           out_shardings=self.shardings)
+            self.state = init.lower().compile(compiler_options=self.compiler_options or None)()
+        host = self.host_batches(batch_size, num_batches)
+        batches = [sh.global_batch(b, self.mesh, self.rules) for b in host]
+        count = itertools.count()
+
+        def step() -> dict:
+            self.state, metrics = compiled(self.state, batches[next(count) % len(batches)], self.rng)
+            jax.block_until_ready((self.state, metrics))
+            return metrics
+
+        step.real_tokens = mean_real_tokens(host)
+        return step
+
+    def describe(self, batch_size: int | None) -> dict:
+        a, cfg, dev = self.args, self.cfg, jax.devices()[0]
+        if cfg.attention_dropout_prob == 0.0 and cfg.attention_impl != "explicit":
+            path = f"jax.nn.dot_product_attention(implementation={cfg.attention_impl})"
+        else:
+            path = "explicit einsum-softmax-dropout-einsum" + (
+                " (attention dropout needs the probabilities)" if cfg.attention_dropout_prob else "")
+        return {"size": a.size, "num_params": count_params(cfg, with_mlm=True, with_nsp=True),
+                "seq_len": a.seq_len, "batch_size": batch_size, "max_predictions": a.max_predictions,
+                "vocab_size": cfg.vocab_size, "dtype": a.dtype, "remat": a.remat, "scan": a.scan,
+                "rng_impl": a.rng_impl, "attention_impl": a.attention_impl, "unpad_multiple": a.unpad_multiple,
+                "attention_dropout": cfg.attention_dropout_prob,
+                "attention_path": path, "mesh": dict(self.mesh.shape), "devices": self.mesh.devices.size,
+                "device_kind": dev.device_kind, "platform": dev.platform, "jax": jax.__version__,
+                "load_average": [round(x, 2) for x in os.getloadavg()]}
+
+
+def time_steps(bench: Bench, compiled, batch_size: int) -> tuple[list[float], float, float]:
+    """Runs warm-up then timed steps; (step seconds, final loss, real tokens per step). The state
+    lives on in ``bench``."""
+    a = bench.args
+    step = bench.stepper(compiled, batch_size, min(4, a.warmup + a.steps))
+    times, metrics = [], None
+    for i in range(a.warmup + a.steps):
+        t = time.perf_counter()
+        metrics = step()
+        if i >= a.warmup:
+            times.append(time.perf_counter() - t)
+    if a.profile:  # one more step, traced: open in TensorBoard's profile plugin, Perfetto or xprof
+        with jax.profiler.trace(a.profile, create_perfetto_trace=True):
+            metrics = step()
+    return times, float(metrics["loss"]), step.real_tokens
+
+
+def run_one(bench: Bench, batch_size: int) -> dict:
+    a = bench.args
+    compiled, lower_s, compile_s = bench.compile(batch_size)
+    out = {"mode": "memory_only" if a.memory_only else "train_step", **bench.describe(batch_size),
+           "lower_s": round(lower_s, 3), "compile_s": round(lower_s + compile_s, 3),
+           "memory": memory_report(compiled)}
+    if a.memory_only:
+        return out
+    peak, source = device_peak(a.dtype, bench.mesh.devices.size)
+    times, loss, real_tokens = time_steps(bench, compiled, batch_size)
+    median, best = float(np.median(times)), float(np.min(times))
+    flops = pretraining_flops(bench.cfg, batch_size, a.seq_len, a.max_predictions, bench.block_tokens(batch_size))
+    out.update({
+        "steps": a.steps, "warmup": a.warmup, "step_time_median_s": round(median, 5),
+        "step_time_min_s": round(best, 5), "sequences_per_s": round(batch_size / median, 2),
+        "tokens_per_s": round(batch_size * a.seq_len / median, 1), "loss": round(loss, 4),
+        "real_tokens_per_step": real_tokens, "real_tokens_per_s": round(real_tokens / median, 1),
+        "model_flops_per_step": flops, "flops_formula": FORMULA,
+        "model_flops_dense_mlm_head": dense_mlm_flops(bench.cfg, batch_size, a.seq_len),
+        "achieved_flops_per_s": round(flops / median), "peak_flops_per_s": round(peak), "peak_source": source,
+        "mfu": round(flops / median / peak, 4),
+    })
+    if not math.isfinite(loss):
+        raise FloatingPointError(f"loss is {loss} after {a.warmup + a.steps} steps: the benchmark is not valid")
+    return out
+
+
+def summary(r: dict) -> str:
+    batch = "" if r["batch_size"] is None else f"batch {r['batch_size']} "
+    lines = [f"{r['mode']}: BERT-{r['size']} ({r['num_params'] / 1e6:.1f}M params) seq_len {r['seq_len']} {batch}"
+             f"P {r['max_predictions']} {r['dtype']} remat={r['remat']} scan={r['scan']} "
+             f"on {r['devices']} x {r['device_kind']} (load {r['load_average'][0]})",
+             f"  attention: {r['attention_path']}"]
+    if r["mode"] == "find_max_batch":
+        return "\n".join(lines + [
+            f"  largest batch (multiple of {r['batch_multiple']}) whose compiled estimate fits: "
+            + ", ".join(f"{g} GiB -> {b}" for g, b in r["max_batch"].items()),
+            f"  estimates (GiB) by batch: {r['estimates_gib']}"])
+    m = r["memory"] and {k: v / GIB for k, v in r["memory"].items() if k.endswith("_bytes")}
+    if r.get("unpad_multiple"):
+        lines[-1] += f"; blocks on the real tokens only (--unpad_multiple {r['unpad_multiple']})"
+    lines += [f"  compile: {r['compile_s']:.1f} s (lower {r['lower_s']:.1f} s)",
+              "  memory: no analysis on this backend" if not m else
+              f"  memory: {m['estimate_bytes']:.2f} GiB per device (arguments {m['argument_bytes']:.2f} + outputs "
+              f"{m['output_bytes']:.2f} + temp {m['temp_bytes']:.2f} - aliased {m['alias_bytes']:.2f})"]
+    if r["mode"] == "train_step":
+        lines += [f"  step: median {r['step_time_median_s'] * 1e3:.1f} ms, min {r['step_time_min_s'] * 1e3:.1f} ms "
+                  f"over {r['steps']} steps ({r['warmup']} warm-up); loss {r['loss']}",
+                  f"  throughput: {r['sequences_per_s']:.1f} rows/s, {r['tokens_per_s']:.0f} tokens/s, "
+                  f"{r['real_tokens_per_s']:.0f} real (not padding) tokens/s ({r['real_tokens_per_step']:.0f} a step)",
+                  f"  model FLOPs/step: {r['model_flops_per_step'] / 1e9:.1f} G  ({r['flops_formula']}; "
+                  f"{r['model_flops_dense_mlm_head'] / 1e9:.1f} G with a dense MLM head)",
+                  f"  achieved: {r['achieved_flops_per_s'] / 1e12:.4f} TFLOP/s; MFU {100 * r['mfu']:.1f}% of "
+                  f"{r['peak_flops_per_s'] / 1e12:.4f} TFLOP/s ({r['peak_source']})"]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> list[dict]:
+    args = parse_args(argv)
+    host_memory.reuse_freed_memory(args.reuse_host_memory)  # before JAX starts; the whole process
+    compare = None
+    if args.compare or args.variants:
+        from bert_jax.benchmark import compare
+
+    if args.compare:  # the references need the optional 'bench' packages: check before compiling
+        from bert_jax.benchmark.hf import MissingDependencies, load_libraries
+
+        try:
+            load_libraries(args.compare)
+        except MissingDependencies as e:
+            raise SystemExit(f"error: {e}") from None
+    bench = Bench(args)
+    results = []
+    for size in [None] if args.find_max_batch else args.batch_size:
+        if size is None:
+            r = find_max_batch(bench, [float(g) for g in args.memory_gb.split(",") if g])
+        else:
+            r = compare.compare(bench, size) if compare else run_one(bench, size)
+        line = json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%S"), **r})
+        print(line if args.json else compare.summary(r) if compare else summary(r), flush=True)
+        if args.output:
+            with open(args.output, "a") as f:
+                f.write(line + "\n")
+        results.append(r)
+    return results
+

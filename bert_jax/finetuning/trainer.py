@@ -1,0 +1,225 @@
+"""The fine-tuning loop: ``run(config, workdir)`` for GLUE, SQuAD and NER (``configs/glue.py`` etc.).
+
+``train.py`` calls `bert_jax.training.trainer.run`, which hands configs with a ``task`` section to this
+module. For each of ``config.seeds`` restarts (seeds ``seed, seed+1, ...``; run k in
+``workdir/seed_<seed>`` when there are several) it builds the task model, restores the encoder from
+``init_checkpoint`` (`bert_jax.finetuning.warm_start`; heads start fresh; empty = from scratch), trains
+``num_train_epochs`` over the task's features with the paper's optimizer (warmup fraction then
+linear decay), evaluates the task's eval splits with its official metric, and writes prediction
+files for the eval and ``predict_splits``. Metrics go to TensorBoard and ``metrics.jsonl``;
+``results.json`` in the workdir holds every seed's scores and their median/mean/min/max.
+
+Batches are drawn without replacement, epoch e a permutation seeded by (seed, e), so the batch at
+step s is a pure function of (seed, s): a run resumed from its checkpoint (saved every
+``checkpoint_every`` steps, at the end and on SIGTERM) continues exactly. Each batch is cut to the
+longest row's length rounded up to ``length_multiple`` (fewer FLOPs on short sentences; one
+compilation per length).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import logging
+import math
+import signal
+from pathlib import Path
+
+import jax
+import numpy as np
+from flax import nnx
+
+from bert_jax.finetuning import evaluation as fe
+from bert_jax.finetuning import steps as fs
+from bert_jax.model.config import BertConfig
+from bert_jax.training import sharding as sh
+from bert_jax.training.checkpoints import Checkpointer, abstract_target
+from bert_jax.training.metric_writer import MetricWriter
+from bert_jax.training.optim import make_optimizer
+
+log = logging.getLogger(__name__)
+
+
+def model_config(config, warm, vocab_size: int, kind: str) -> BertConfig:
+    """The checkpoint's shapes (or ``config.model.size`` from scratch) with the execution fields of
+    ``config.model`` (dropout, dtype, scan, remat) replaced."""
+    overrides = {k: v for k, v in config.model.items() if k != "size" and v is not None}
+    if warm is None:
+        cfg = BertConfig.from_size(config.model.size, **{**overrides, "vocab_size": vocab_size})
+    else:
+        shape_fields = {"vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
+                        "max_position_embeddings", "type_vocab_size"}
+        cfg = dataclasses.replace(warm.config, **{k: v for k, v in overrides.items() if k not in shape_fields})
+        if cfg.vocab_size != vocab_size:
+            raise ValueError(f"init_checkpoint {warm.spec!r} has vocab_size={cfg.vocab_size} but the vocabulary "
+                             f"{config.vocab or warm.vocab_file!r} has {vocab_size} tokens")
+    if kind in ("classification", "regression") and not cfg.use_pooler:
+        cfg = dataclasses.replace(cfg, use_pooler=True)
+    return cfg
+
+
+def train_batch(features: dict, step: int, batch_size: int, seed: int, length_multiple: int) -> dict:
+    n = len(features["input_ids"])
+    per_epoch = n // batch_size
+    epoch, i = divmod(step, per_epoch)
+    order = np.random.default_rng([seed, epoch]).permutation(n)
+    idx = order[i * batch_size:(i + 1) * batch_size]
+    keep = ("input_ids", "input_mask", "segment_ids", *(k for k in features if k in fe.LABEL_KEYS))
+    batch = fe.cut_rows({k: features[k] for k in keep}, idx, length_multiple, features["input_ids"].shape[1])
+    batch["weight"] = np.ones([batch_size], np.float32)
+    return batch
+
+
+def _optimizer(config, steps: int):
+    opt = config.optimizer.to_dict()
+    warmup = int(round(opt.pop("warmup_fraction") * steps))
+    return make_optimizer({**opt, "warmup_steps": warmup, "num_train_steps": steps, "accumulation_steps": 1})
+
+
+def train_one(config, workdir: Path, seed: int, task, cfg: BertConfig, warm, data: dict) -> dict:
+    """One fine-tuning run (one seed) in ``workdir``; returns {split: metrics}."""
+    from bert_jax.training.trainer import Progress, TrainingDivergedError
+
+    train = data["train"]["features"]
+    bs, mult = config.batch_size, config.length_multiple
+    n = len(train["input_ids"])
+    if n < bs:
+        raise ValueError(f"{task.name}: {n} training features, fewer than one batch of {bs}")
+    steps = config.num_train_steps or math.ceil(config.num_train_epochs * n / bs)
+    tx, schedule = _optimizer(config, steps)
+    mesh = sh.make_mesh(tuple(config.mesh_shape))
+    rules = tuple(tuple(r) for r in config.sharding_rules)
+    n_labels = task.num_labels
+    shardings = fs.state_shardings(cfg, task.kind, n_labels, tx, mesh, rules)
+    graphdef, abstract_params = fs.abstract_model(cfg, task.kind, n_labels)
+    init = jax.jit(functools.partial(fs.new_state, tx=tx), out_shardings=shardings)
+    ckpt = Checkpointer(workdir, keep=config.keep_checkpoints)
+    is_main = jax.process_index() == 0
+    if ckpt.latest_step() is not None:
+        abstract = jax.eval_shape(functools.partial(fs.new_state, tx=tx), abstract_params.to_pure_dict())
+        state, _ = ckpt.restore(abstract_target(abstract, shardings))
+        log.info("resumed %s at step %d", workdir, int(state.step))
+    else:
+        model = nnx.jit(lambda: fs.make_model(cfg, task.kind, n_labels, seed))()
+        if warm is not None:
+            warm.load_encoder(model)
+        state = init(nnx.state(model, nnx.Param).to_pure_dict())
+        del model
+    batch_sh = sh.batch_sharding(mesh, rules)
+    train_fn = jax.jit(functools.partial(fs.train_step, graphdef=graphdef, tx=tx, schedule=schedule, kind=task.kind),
+                       in_shardings=(shardings, batch_sh, None), out_shardings=(shardings, None), donate_argnums=0)
+    eval_fn = jax.jit(functools.partial(fs.eval_step, graphdef=graphdef, kind=task.kind),
+                      in_shardings=(shardings.params, batch_sh))
+    writer = MetricWriter(workdir, enabled=is_main)
+    rng = jax.random.key(seed, impl=config.get("rng_impl", "threefry2x32"))
+    step = int(state.step)
+    progress = Progress(step, steps, bs, enabled=is_main and config.progress)
+    stop = {"signal": None}
+    previous = signal.signal(signal.SIGTERM, lambda signum, _: stop.update(signal=signum))
+    pending, results = [], {}
+    try:
+        while step < steps:
+            batch = train_batch(train, step, bs, seed, mult)
+            state, metrics = train_fn(state, sh.global_batch(fe.local_rows(batch), mesh, rules), rng)
+            step += 1
+            pending.append(metrics)
+            progress.update(step)
+            if step % config.log_every == 0 or step == steps or stop["signal"]:
+                rows = jax.device_get(pending)
+                pending = []
+                summary = {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
+                if not np.isfinite(summary["loss"]):
+                    raise TrainingDivergedError(f"{task.name}: loss is {summary['loss']} at step {step}; stopping")
+                summary.update(progress.report(step, summary))
+                writer.write(step, summary, "train")
+            if step % config.checkpoint_every == 0 or step == steps or stop["signal"]:
+                ckpt.save(step, state, {"step": step, "seed": seed, "model": dataclasses.asdict(cfg)})
+            if stop["signal"]:
+                log.warning("SIGTERM received: saved a checkpoint at step %d; exiting", step)
+                return {"interrupted_at_step": step}
+            if config.eval_every and step % config.eval_every == 0 and step < steps:
+                fe.evaluate_splits(task, state.params, data, eval_fn, config, mesh, rules, writer, step, None)
+        progress.close()
+        pred_dir = workdir / "predictions"
+        results = fe.evaluate_splits(task, state.params, data, eval_fn, config, mesh, rules, writer, step,
+                                  pred_dir if is_main else None)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        progress.close()
+        ckpt.close()
+        writer.close()
+    return results
+
+
+def load_data(config, task, tokenizer) -> dict:
+    """{split: {"examples", "features"}} for train, the eval splits and the predict splits (a
+    predict split whose file is missing is skipped with a warning)."""
+    data = {}
+    for split in ("train", *task.eval_splits, *config.predict_splits):
+        if split in data:
+            continue
+        try:
+            examples = task.load(split)
+        except FileNotFoundError as e:
+            if split in config.predict_splits and split not in task.eval_splits and split != "train":
+                log.warning("no predictions for %s: %s", split, e)
+                continue
+            raise
+        if split == "train" and config.max_train_examples:
+            examples = examples[: config.max_train_examples]
+        if config.max_eval_examples and split != "train":
+            examples = examples[: config.max_eval_examples]
+        features = task.featurize(examples, tokenizer, config.max_seq_length)
+        log.info("%s %s: %d examples → %d features", task.name, split, len(examples), len(features["input_ids"]))
+        data[split] = {"examples": examples, "features": features}
+    return data
+
+
+def _summary(per_seed: list[dict]) -> dict:
+    from input_pipeline.tasks.metrics import summarize_seeds
+
+    out = {}
+    for split in per_seed[0]:
+        keys = [k for k in per_seed[0][split] if all(k in r.get(split, {}) for r in per_seed)]
+        out[split] = {k: summarize_seeds([r[split][k] for r in per_seed]) for k in keys}
+    return out
+
+
+def run(config, workdir: str | Path) -> dict:
+    """Fine-tunes per ``config`` (one run per seed); returns and writes ``results.json``."""
+    from bert_jax.finetuning.warm_start import open_init_checkpoint
+    from bert_jax.training.trainer import start_job
+    from input_pipeline.package_data import resolve
+    from input_pipeline.tasks import make_task
+    from input_pipeline.tokenizer_factory import load_tokenizer
+
+    workdir, is_main = start_job(config, workdir)
+    task = make_task(config.task)
+    warm = open_init_checkpoint(config.init_checkpoint) if config.init_checkpoint else None
+    vocab = config.vocab or (warm.vocab_file if warm is not None else None)
+    if not vocab:
+        raise ValueError("no vocabulary: set --config.vocab=PATH (or an init_checkpoint that has one)")
+    tokenizer = load_tokenizer(resolve(vocab))
+    cfg = model_config(config, warm, tokenizer.vocab_size, task.kind)
+    data = load_data(config, task, tokenizer)
+    seeds = [config.seed + i for i in range(config.seeds)]
+    per_seed = []
+    for seed in seeds:
+        run_dir = workdir / f"seed_{seed}" if len(seeds) > 1 else workdir
+        if len(seeds) > 1 and is_main:
+            print(f"--- {task.name}: seed {seed} ({len(per_seed) + 1}/{len(seeds)}) ---", flush=True)
+        result = train_one(config, run_dir, seed, task, cfg, warm, data)
+        if "interrupted_at_step" in result:
+            return result
+        per_seed.append(result)
+    results = {"task": task.name, "init_checkpoint": config.init_checkpoint or "scratch", "seeds": seeds,
+               "per_seed": per_seed, "summary": _summary(per_seed) if per_seed and per_seed[0] else {}}
+    if is_main:
+        (workdir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+        if len(seeds) > 1:
+            for split, metrics in results["summary"].items():
+                for k, s in metrics.items():
+                    print(f"{task.name} {split} {k}: median {s['median']:.4f} mean {s['mean']:.4f} "
+                          f"min {s['min']:.4f} max {s['max']:.4f} (n={s['n']})", flush=True)
+    return results

@@ -1,0 +1,37 @@
+"""Logical axis names, defined once.
+
+Every parameter carries a tuple of these names as its ``out_sharding`` metadata (with
+``eager_sharding=False``, so modules can be built without a mesh). Which mesh axis each name is
+split over is the training config's business (``config.sharding_rules``, turned into shardings by
+`bert_jax.training.sharding`); the model only names its axes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from flax import nnx
+
+# Parameter axes.
+VOCAB = "vocab"  # word-piece vocabulary
+EMBED = "embed"  # hidden size (model width)
+HEADS = "heads"  # attention heads
+KV = "kv"  # per-head width
+MLP = "mlp"  # feed-forward intermediate width
+LAYERS = "layers"  # the stacked-layer axis added by the encoder's vmap
+# Activation axes.
+BATCH = "batch"
+LENGTH = "length"
+
+LOGICAL_AXES = (VOCAB, EMBED, HEADS, KV, MLP, LAYERS, BATCH, LENGTH)
+
+
+def metadata(*names: str | None) -> dict[str, Any]:
+    """Variable metadata giving a parameter its logical axis names (for ``*_metadata=`` args)."""
+    return {"out_sharding": tuple(names), "eager_sharding": False}
+
+
+def init(initializer: Callable[..., Any], *names: str | None) -> Callable[..., Any]:
+    """An initializer whose parameters carry these logical axis names."""
+    return nnx.with_partitioning(initializer, tuple(names), eager_sharding=False)

@@ -1,0 +1,192 @@
+"""The BERT encoder: embeddings → a stack of transformer blocks → (optional) pooler.
+
+The blocks' parameters are stacked along a leading ``layers`` axis (built with ``nnx.vmap``), so the
+stack runs either as one ``jax.lax.scan`` (fast compile, constant program size) or unrolled; both
+read the same parameters, and both can rematerialise each block under a ``jax.checkpoint`` policy.
+Given ``token_index`` the blocks run on the real tokens only (`Unpadding`).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from bert_jax.model import axes
+from bert_jax.model.config import BertConfig
+from bert_jax.model.layers import Embeddings, TransformerBlock, dense
+
+
+class EncoderOutput(NamedTuple):
+    sequence_output: jax.Array  # [batch, length, embed]
+    pooled_output: jax.Array | None  # [batch, embed]; None without a pooler
+    hidden_states: jax.Array | None  # [layers + 1, batch, length, embed]; 0 = embedding output
+    attentions: jax.Array | None  # [layers, batch, heads, length, length]
+
+
+def padding_mask(input_mask: jax.Array) -> jax.Array:
+    """[batch, length] (1 = real token) → bool [batch, 1, 1, length] key mask for attention."""
+    return (input_mask > 0)[:, None, None, :]
+
+
+def packed_mask(example_ids: jax.Array) -> jax.Array:
+    """Several examples packed in one row: example_ids [batch, length] (1, 2, ... per example, 0 =
+    padding) → bool [batch, 1, length, length]: a token attends to the real tokens of its own example."""
+    same = example_ids[:, None, :, None] == example_ids[:, None, None, :]  # [batch, 1, query, key]
+    return same & (example_ids > 0)[:, None, None, :]
+
+
+def packed_positions(example_ids: jax.Array) -> jax.Array:
+    """[batch, length] example ids → [batch, length] positions that restart at 0 with each example."""
+    pos = jnp.broadcast_to(jnp.arange(example_ids.shape[-1]), example_ids.shape)  # [batch, length]
+    previous = jnp.pad(example_ids[:, :-1], ((0, 0), (1, 0)), constant_values=-1)  # [batch, length]
+    start = jax.lax.cummax(jnp.where(example_ids != previous, pos, 0), axis=1)  # [batch, length]
+    return pos - start
+
+
+class Unpadding(NamedTuple):
+    """The transformer blocks' dense work on the real tokens only (``config.unpad_multiple``).
+
+    ``index`` [shards, tokens] int32: for each batch shard (the rows one data-parallel device holds),
+    the flat positions (row · length + column within the shard's rows) of its real tokens, in order,
+    then any value >= rows · length as filler (input_pipeline/unpadding.py builds it on the host). The
+    projections, feed-forward, LayerNorms and dropout run on [shards, tokens, ...]; attention puts
+    queries, keys and values back in their [batch, length] places (zeros at padding) and applies the
+    usual mask, so every real token's output is what the padded computation gives it.
+    """
+
+    index: jax.Array  # [shards, tokens] int32
+    batch: int
+    length: int
+
+    def unpad(self, x: jax.Array) -> jax.Array:
+        """[batch, length, ...] → [shards, tokens, ...] (zeros at the filler entries)."""
+        shards = self.index.shape[0]
+        flat = x.reshape(shards, -1, *x.shape[2:])  # [shards, rows·length, ...]
+        index = self.index.reshape(*self.index.shape, *(1,) * (x.ndim - 2))  # [shards, tokens, 1...]
+        return jnp.take_along_axis(flat, index, axis=1, mode="fill", fill_value=0)
+
+    def pad(self, x: jax.Array) -> jax.Array:
+        """[shards, tokens, ...] → [batch, length, ...] with zeros at the padding positions."""
+        shards, tail = self.index.shape[0], x.shape[2:]
+        out = jnp.zeros((shards, self.batch * self.length // shards, *tail), x.dtype)  # [shards, rows·length, ...]
+        rows = jnp.arange(shards)[:, None]  # [shards, 1]
+        out = out.at[rows, self.index].set(x, mode="drop", unique_indices=True)
+        return out.reshape(self.batch, self.length, *tail)
+
+
+def remat_policy(name: str):
+    """None for no remat, else a ``jax.checkpoint`` policy ("full" saves nothing)."""
+    if name == "none":
+        return None
+    if name == "full":
+        return "full"
+    policy = getattr(jax.checkpoint_policies, name, None)
+    if policy is None:
+        raise ValueError(f"unknown remat_policy {name!r}: use none, full or a jax.checkpoint_policies name")
+    return policy
+
+
+class BertEncoder(nnx.Module):
+    """What Hugging Face calls ``BertModel`` and Google ``bert/``: the encoder without task heads."""
+
+    def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs):
+        self.cfg = cfg
+        self.embeddings = Embeddings(cfg, rngs=rngs)
+
+        @nnx.split_rngs(splits=cfg.num_layers)
+        @nnx.vmap(in_axes=(0,), out_axes=0, transform_metadata={nnx.PARTITION_NAME: axes.LAYERS})
+        def make_layers(rngs: nnx.Rngs) -> TransformerBlock:
+            return TransformerBlock(cfg, rngs=rngs)
+
+        self.layers = make_layers(rngs)  # every parameter: [layers, ...]
+        self.pooler = (
+            dense(cfg, cfg.hidden_size, cfg.hidden_size, (axes.EMBED, None), rngs=rngs)
+            if cfg.use_pooler
+            else None
+        )
+
+    def __call__(
+        self,
+        input_ids,
+        input_mask,
+        segment_ids,
+        *,
+        attention_mask=None,
+        position_ids=None,
+        deterministic: bool = True,
+        rngs: nnx.Rngs | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+        token_index: jax.Array | None = None,
+    ) -> EncoderOutput:
+        """``token_index`` [shards, tokens]: run the blocks on those real tokens only (`Unpadding`);
+        the outputs at real positions are the same, padding positions come out as zeros."""
+        # input_ids, input_mask, segment_ids: [batch, length] int32
+        cfg = self.cfg
+        if input_ids.shape[-1] > cfg.max_position_embeddings:
+            raise ValueError(
+                f"sequence length {input_ids.shape[-1]} exceeds max_position_embeddings "
+                f"{cfg.max_position_embeddings}"
+            )
+        if not deterministic and rngs is None:
+            raise ValueError("training mode (deterministic=False) needs rngs=nnx.Rngs(dropout=key)")
+        mask = padding_mask(input_mask) if attention_mask is None else attention_mask
+        x = self.embeddings(
+            input_ids, segment_ids, position_ids, deterministic=deterministic, rngs=rngs
+        )  # [batch, length, embed]
+        embedding_output = x
+        unpad = None
+        if token_index is not None:
+            if output_hidden_states or output_attentions:
+                raise ValueError("token_index (unpadded blocks) does not go with output_hidden_states/attentions")
+            unpad = Unpadding(token_index, *input_ids.shape)
+            x = unpad.unpad(x)  # [shards, tokens, embed]
+
+        graphdef, stacked = nnx.split(self.layers)
+        keys = None if deterministic else jax.random.split(rngs.dropout(), cfg.num_layers)
+
+        def layer(h, params, key):
+            block = nnx.merge(graphdef, params)
+            layer_rngs = None if key is None else nnx.Rngs(dropout=key)
+            return block(
+                h, mask, deterministic=deterministic, rngs=layer_rngs, return_probs=output_attentions,
+                unpad=unpad)
+
+        policy = remat_policy(cfg.remat_policy)
+        if policy is not None:
+            layer = jax.checkpoint(layer, policy=None if policy == "full" else policy)
+
+        def step(h, xs):
+            params, key = xs
+            h, probs = layer(h, params, key)
+            return h, (h if output_hidden_states else None, probs)
+
+        if cfg.scan_layers:
+            x, (hiddens, probs) = jax.lax.scan(step, x, (stacked, keys))
+        else:
+            outs = []
+            for i in range(cfg.num_layers):
+                xs = jax.tree.map(lambda a, i=i: a[i], (stacked, keys))
+                x, out = step(x, xs)
+                outs.append(out)
+            hiddens, probs = jax.tree.map(lambda *a: jnp.stack(a), *outs) if outs else (None, None)
+
+        if unpad is not None:
+            x = unpad.pad(x)  # [batch, length, embed]
+        hidden_states = None
+        if output_hidden_states:
+            # [layers + 1, batch, length, embed]
+            hidden_states = jnp.concatenate([embedding_output[None], hiddens], axis=0)
+        pooled = None if self.pooler is None else self.pool(x)  # [batch, embed]
+        return EncoderOutput(x, pooled, hidden_states, probs if output_attentions else None)
+
+    def pool(self, sequence_output, positions=None):
+        """tanh(dense(the [CLS] vectors)): sequence_output [batch, length, embed] → [batch, embed]
+        from position 0, or → [batch, K, embed] from ``positions`` [batch, K] (packed rows)."""
+        if positions is None:
+            return jnp.tanh(self.pooler(sequence_output[:, 0]))  # [batch, embed]
+        cls = jnp.take_along_axis(sequence_output, positions[..., None], axis=1)  # [batch, K, embed]
+        return jnp.tanh(self.pooler(cls))  # [batch, K, embed]

@@ -1,0 +1,72 @@
+"""Task heads on top of the encoder. Parameter names follow Google's and Hugging Face's checkpoints.
+
+Axis letters: B batch, L length, P masked positions, D embed, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from bert_jax.model import axes
+from bert_jax.model.config import BertConfig
+from bert_jax.model.layers import ACTIVATIONS, dense, layer_norm
+
+
+def gather_positions(sequence: jax.Array, positions: jax.Array) -> jax.Array:
+    """[batch, length, embed] at [batch, P] positions → [batch, P, embed]."""
+    return jnp.take_along_axis(sequence, positions[..., None].astype(jnp.int32), axis=1)
+
+
+class MaskedLMHead(nnx.Module):
+    """transform (dense + act + LayerNorm) → decoder tied to the word embeddings + output bias.
+
+    Given ``masked_lm_positions`` it gathers those P positions *before* the vocabulary projection,
+    as the original does, so it costs P/L of a dense head.
+    """
+
+    def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs):
+        self.act = ACTIVATIONS[cfg.hidden_act]
+        d = cfg.hidden_size
+        self.transform = dense(cfg, d, d, (axes.EMBED, None), rngs=rngs)
+        self.layer_norm = layer_norm(cfg, rngs=rngs)
+        self.output_bias = nnx.Param(
+            jnp.zeros((cfg.vocab_size,), cfg.param_dtype), **axes.metadata(axes.VOCAB)
+        )
+
+    def __call__(self, sequence_output, word_embeddings: nnx.Embed, positions=None):
+        # sequence_output: [batch, length, embed]; positions: [batch, P] int32 or None (all)
+        x = sequence_output if positions is None else gather_positions(sequence_output, positions)
+        x = self.layer_norm(self.act(self.transform(x)))  # [batch, P, embed]
+        logits = word_embeddings.attend(x)  # [batch, P, vocab]
+        return logits.astype(jnp.float32) + self.output_bias[...]
+
+
+class ClassificationHead(nnx.Module):
+    """dropout → dense(embed → num_labels). NSP/SOP (2 labels on the pooled output), sequence
+    classification and regression (num_labels = 1), or token classification (applied per token)."""
+
+    def __init__(self, cfg: BertConfig, num_labels: int, *, rngs: nnx.Rngs, dropout: bool = True):
+        if num_labels < 1:
+            raise ValueError(f"num_labels must be >= 1, got {num_labels}")
+        self.dense = dense(cfg, cfg.hidden_size, num_labels, (axes.EMBED, None), rngs=rngs)
+        self.dropout = nnx.Dropout(cfg.hidden_dropout_prob if dropout else 0.0)
+
+    def __call__(self, x, *, deterministic=True, rngs=None):
+        # x: [batch, embed] or [batch, length, embed]
+        x = self.dropout(x, deterministic=deterministic, rngs=rngs)
+        return self.dense(x).astype(jnp.float32)  # [batch, (length,) num_labels]
+
+
+class SpanHead(nnx.Module):
+    """Span QA: dense(embed → 2) per token → start and end logits."""
+
+    def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs):
+        self.dense = dense(cfg, cfg.hidden_size, 2, (axes.EMBED, None), rngs=rngs)
+
+    def __call__(self, sequence_output, input_mask):
+        # sequence_output: [batch, length, embed]; input_mask: [batch, length]
+        logits = self.dense(sequence_output).astype(jnp.float32)  # [batch, length, 2]
+        logits = jnp.where(input_mask[..., None] > 0, logits, -1e9)  # never predict padding
+        return logits[..., 0], logits[..., 1]  # start, end: [batch, length]

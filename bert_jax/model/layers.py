@@ -1,0 +1,181 @@
+"""BERT's building blocks in Flax NNX: embeddings, self-attention, feed-forward, post-LN block.
+
+Axis letters in einsum strings: B batch, T query position, S key position, D model width (embed),
+N heads, H per-head width (kv), F feed-forward width (mlp). Dropout keys come in at call time
+(``rngs=nnx.Rngs(dropout=key)``) so modules hold no random state: a training step is a pure function
+of ``nnx.split`` state.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from bert_jax.model import axes
+from bert_jax.model.config import BertConfig
+
+ACTIVATIONS = {
+    "gelu": lambda x: jax.nn.gelu(x, approximate=False),  # the paper's exact erf form
+    "gelu_new": lambda x: jax.nn.gelu(x, approximate=True),
+    "gelu_tanh": lambda x: jax.nn.gelu(x, approximate=True),
+    "relu": jax.nn.relu,
+}
+
+
+def weight_init(cfg: BertConfig, *names: str | None):
+    """Google BERT's initializer: truncated normal (±2σ), σ = initializer_range."""
+    return axes.init(jax.nn.initializers.truncated_normal(cfg.initializer_range), *names)
+
+
+def zeros_init(*names: str | None):
+    return axes.init(jax.nn.initializers.zeros, *names)
+
+
+def layer_norm(cfg: BertConfig, *, rngs: nnx.Rngs) -> nnx.LayerNorm:
+    return nnx.LayerNorm(
+        cfg.hidden_size,
+        epsilon=cfg.layer_norm_eps,
+        dtype=cfg.compute_dtype,
+        param_dtype=cfg.param_dtype,
+        use_fast_variance=False,  # two-pass variance, as the reference implementations compute it
+        scale_metadata=axes.metadata(axes.EMBED),
+        bias_metadata=axes.metadata(axes.EMBED),
+        rngs=rngs,
+    )
+
+
+def dense(cfg: BertConfig, din: int, dout: int, names: tuple, *, rngs: nnx.Rngs) -> nnx.Linear:
+    return nnx.Linear(
+        din,
+        dout,
+        dtype=cfg.compute_dtype,
+        param_dtype=cfg.param_dtype,
+        kernel_init=weight_init(cfg, *names),
+        bias_init=zeros_init(names[-1]),
+        rngs=rngs,
+    )
+
+
+class Embeddings(nnx.Module):
+    """word + absolute position + token-type embeddings → LayerNorm → dropout."""
+
+    def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs):
+        def embed(num: int, axis: str | None) -> nnx.Embed:
+            return nnx.Embed(
+                num,
+                cfg.hidden_size,
+                dtype=cfg.compute_dtype,
+                param_dtype=cfg.param_dtype,
+                embedding_init=weight_init(cfg, axis, axes.EMBED),
+                rngs=rngs,
+            )
+
+        self.word_embeddings = embed(cfg.vocab_size, axes.VOCAB)
+        self.position_embeddings = embed(cfg.max_position_embeddings, None)
+        self.token_type_embeddings = embed(cfg.type_vocab_size, None)
+        self.layer_norm = layer_norm(cfg, rngs=rngs)
+        self.dropout = nnx.Dropout(cfg.hidden_dropout_prob)
+
+    def __call__(self, input_ids, segment_ids, position_ids=None, *, deterministic=True, rngs=None):
+        # input_ids, segment_ids, position_ids: [batch, length] int32
+        if position_ids is None:
+            position_ids = jnp.arange(input_ids.shape[-1])[None, :]  # [1, length]
+        x = self.word_embeddings(input_ids)  # [batch, length, embed]
+        x = x + self.position_embeddings(position_ids)  # [batch, length, embed]
+        x = x + self.token_type_embeddings(segment_ids)  # [batch, length, embed]
+        x = self.layer_norm(x)
+        return self.dropout(x, deterministic=deterministic, rngs=rngs)  # [batch, length, embed]
+
+
+class SelfAttention(nnx.Module):
+    """Multi-head self-attention with a padding (or packing) mask and an output projection."""
+
+    def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs):
+        self.cfg = cfg
+        n, h, d = cfg.num_heads, cfg.head_dim, cfg.hidden_size
+
+        def project(spec: str, kernel_shape, kernel_axes, bias_shape, bias_axes) -> nnx.Einsum:
+            return nnx.Einsum(
+                spec,
+                kernel_shape,
+                bias_shape,
+                dtype=cfg.compute_dtype,
+                param_dtype=cfg.param_dtype,
+                kernel_init=weight_init(cfg, *kernel_axes),
+                bias_init=zeros_init(*bias_axes),
+                rngs=rngs,
+            )
+
+        qkv = ("BTD,DNH->BTNH", (d, n, h), (axes.EMBED, axes.HEADS, axes.KV), (n, h), (axes.HEADS, axes.KV))
+        self.query = project(*qkv)
+        self.key = project(*qkv)
+        self.value = project(*qkv)
+        self.output = project(
+            "BTNH,NHD->BTD", (n, h, d), (axes.HEADS, axes.KV, axes.EMBED), (d,), (axes.EMBED,)
+        )
+        self.dropout = nnx.Dropout(cfg.attention_dropout_prob)
+
+    def __call__(self, x, mask, *, deterministic=True, rngs=None, return_probs=False, unpad=None):
+        # x: [batch, length, embed], or [shards, tokens, embed] with ``unpad`` (encoder.Unpadding):
+        # projections on the real tokens, attention in [batch, length] places.
+        # mask: bool [batch, 1, length | 1, length], True = attend.
+        cfg = self.cfg
+        q = self.query(x)  # [batch, length, heads, kv]
+        k = self.key(x)  # [batch, length, heads, kv]
+        v = self.value(x)  # [batch, length, heads, kv]
+        if unpad is not None:  # [shards, tokens, heads, kv] → [batch, length, heads, kv]
+            q, k, v = unpad.pad(q), unpad.pad(k), unpad.pad(v)
+        needs_dropout = not deterministic and cfg.attention_dropout_prob > 0.0
+        probs = None
+        if return_probs or needs_dropout or cfg.attention_impl == "explicit":
+            logits = jnp.einsum("BTNH,BSNH->BNTS", q, k) / math.sqrt(cfg.head_dim)
+            logits = jnp.where(mask, logits.astype(jnp.float32), jnp.finfo(jnp.float32).min)
+            probs = jax.nn.softmax(logits, axis=-1).astype(q.dtype)  # [batch, heads, T, S]
+            dropped = self.dropout(probs, deterministic=deterministic, rngs=rngs)
+            ctx = jnp.einsum("BNTS,BSNH->BTNH", dropped, v)  # [batch, length, heads, kv]
+        else:
+            impl = None if cfg.attention_impl == "auto" else cfg.attention_impl
+            ctx = jax.nn.dot_product_attention(q, k, v, mask=mask, implementation=impl)
+        if unpad is not None:
+            ctx = unpad.unpad(ctx)  # [shards, tokens, heads, kv]
+        out = self.output(ctx)  # [batch, length, embed]
+        return out, (probs if return_probs else None)
+
+
+class FeedForward(nnx.Module):
+    """dense(embed → mlp) → activation → dense(mlp → embed)."""
+
+    def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs):
+        self.act = ACTIVATIONS[cfg.hidden_act]
+        d, f = cfg.hidden_size, cfg.intermediate_size
+        self.intermediate = dense(cfg, d, f, (axes.EMBED, axes.MLP), rngs=rngs)
+        self.output = dense(cfg, f, d, (axes.MLP, axes.EMBED), rngs=rngs)
+
+    def __call__(self, x):
+        # x: [batch, length, embed]
+        y = self.act(self.intermediate(x))  # [batch, length, mlp]
+        return self.output(y)  # [batch, length, embed]
+
+
+class TransformerBlock(nnx.Module):
+    """Post-LayerNorm transformer block, as in the paper: LN(x + drop(attn(x))), LN(h + drop(ffn(h)))."""
+
+    def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs):
+        self.attention = SelfAttention(cfg, rngs=rngs)
+        self.attention_norm = layer_norm(cfg, rngs=rngs)
+        self.ffn = FeedForward(cfg, rngs=rngs)
+        self.output_norm = layer_norm(cfg, rngs=rngs)
+        self.dropout = nnx.Dropout(cfg.hidden_dropout_prob)
+
+    def __call__(self, x, mask, *, deterministic=True, rngs=None, return_probs=False, unpad=None):
+        # x: [batch, length, embed] ([shards, tokens, embed] with ``unpad``)
+        a, probs = self.attention(
+            x, mask, deterministic=deterministic, rngs=rngs, return_probs=return_probs, unpad=unpad
+        )
+        h = self.attention_norm(x + self.dropout(a, deterministic=deterministic, rngs=rngs))
+        f = self.ffn(h)  # [batch, length, embed]
+        out = self.output_norm(h + self.dropout(f, deterministic=deterministic, rngs=rngs))
+        return out, probs  # [batch, length, embed], [batch, heads, T, S] | None

@@ -1,0 +1,107 @@
+"""``make demo`` (bert_jax/demo/pipeline.py): argument handling, the configs it runs, stage reuse, the table;
+and (slow) the whole demo end to end with a few steps, then re-run to reuse everything."""
+
+import json
+import math
+
+import pytest
+
+from bert_jax.demo import pipeline as demo
+from bert_jax.demo import report as demo_report
+
+
+def test_arguments_defaults_aliases_and_errors(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("BERT_JAX_CACHE", str(tmp_path / "cache"))
+    args = demo.parse_args([])
+    assert args.workdir == tmp_path / "cache" / "demo" / "run"
+    assert (args.corpus, args.task_file, args.seeds, args.fresh) == ("pkg:wikipedia", "pkg:movie_reviews", 3, False)
+    assert args.pretrain_steps is None and args.finetune_steps == 0 and not args.no_minilm
+    reviews = tmp_path / "mine.tsv"
+    reviews.write_text("1\tgood\n")
+    args = demo.parse_args(["--workdir", str(tmp_path / "w"), "--fresh", "--pretrain-steps", "50",
+                            "--task-file", str(reviews), "--seeds", "1"])
+    assert (args.workdir, args.fresh, args.pretrain_steps, args.task_file, args.seeds) == (
+        tmp_path / "w", True, 50, str(reviews), 1)
+    assert demo.parse_args(["--task_file", str(reviews), "--pretrain_steps", "7"]).pretrain_steps == 7
+    for bad, message in ((["--pretrain_steps", "0"], "must be positive"), (["--seeds", "-1"], "must be positive"),
+                         (["--corpus", str(tmp_path / "nope.txt")], "no such file"),
+                         (["--task-file", str(tmp_path / "nope.tsv")], "no such file"),
+                         (["--pretrain_steps", "many"], "invalid int")):
+        with pytest.raises(SystemExit):
+            demo.parse_args(bad)
+        assert message in capsys.readouterr().err
+
+
+def test_configs_and_equivalent_command_line():
+    config, command = demo.load_config("demo", "steps=120", {"data.vocab": "/v/vocab.txt", "eval_steps": 9})
+    assert config.num_train_steps == config.optimizer.num_train_steps == 120
+    assert config.optimizer.warmup_steps == 12 and config.model.size == "tiny" and config.objective == "nsp"
+    assert (config.data.vocab, config.data.masking, config.eval_steps) == ("/v/vocab.txt", "dynamic", 9)
+    assert command == ("python train.py --config configs/demo.py:steps=120 --config.data.vocab=/v/vocab.txt "
+                       "--config.eval_steps=9")
+    config, _ = demo.load_config("sentiment", "size=tiny,lr=0.0001,epochs=3.0", {"init_checkpoint": "hf:pkg:minilm"})
+    assert config.task.family == "sentiment" and config.task.source == "pkg:movie_reviews"
+    assert config.optimizer.learning_rate == 1e-4 and config.num_train_epochs == 3.0
+    assert config.init_checkpoint == "hf:pkg:minilm" and config.length_multiple == 16
+
+
+def test_stage_directories_are_redone_when_their_inputs_change(tmp_path, capsys):
+    d = tmp_path / "stage"
+    demo.Stage(d, {"steps": 10})
+    (d / "result").write_text("kept")
+    demo.Stage(d, {"steps": 10})
+    assert (d / "result").read_text() == "kept"
+    demo.Stage(d, {"steps": 20})
+    assert not (d / "result").exists() and json.loads((d / "stamp.json").read_text()) == {"steps": 20}
+    assert "starting it over" in capsys.readouterr().out
+
+
+def test_report_table(tmp_path):
+    r = demo_report.Report(workdir=tmp_path, argv=["--pretrain_steps", "10"])
+    r.seconds = {"1": 2.0, "2": 30.4, "3": 75.0, "4a": 61.0, "4b": 60.0, "4c": 200.0, "total": 430.0}
+    r.data = {"corpus": "pkg:wikipedia", "task_file": "pkg:movie_reviews"}
+    r.vocab = {"vocab_size": 7602, "sentences": 18169, "unk_rate": 0.0}
+    r.pretrain = {"steps": 10, "batch": 64, "seq_len": 128, "dir": str(tmp_path / "pretrain-10"),
+                  "curve": [[5, 0.05], [10, 0.11]], "final": {"mlm_accuracy": 0.11, "nsp_accuracy": 0.6},
+                  "baseline": {"token": "the", "accuracy": 0.0497, "masked_tokens": 56000, "eval_passes": 5}}
+    row = dict(seeds=3, per_seed=[0.6, 0.61, 0.62], mean=0.61, steps=891, epochs=3.0, lr=1e-4, batch=32,
+               max_train_examples=0, fixed_steps=0)
+    r.finetune = [dict(row, label="tiny, pre-trained here"), dict(row, label="tiny, from scratch"),
+                  dict(row, label="all-MiniLM-L6-v2", seeds=1, per_seed=[0.8], mean=0.8, epochs=1.0,
+                       steps=94, max_train_examples=3000)]
+    r.dev = {"train": 9514, "dev": 1054, "majority": 0.5057}
+    text = r.markdown()
+    assert "Command: `python -m bert_jax.demo --pretrain_steps 10`" in text
+    assert "MLM accuracy **0.110** on held-out articles vs. unigram baseline 0.050 (always `the`)" in text
+    assert "| 4a. fine-tune tiny, pre-trained here | dev accuracy **0.610** (mean of 3 seeds: 0.600 / 0.610 / " \
+           "0.620; 3 epochs = 891 steps of 32, lr 0.0001) | 1 min 01 s |" in text
+    assert "(mean of 1 seed: 0.800; 1 epoch = 94 steps of 32 on the first 3,000 training sentences, lr 0.0001" in text
+    assert "| total | | 7 min 10 s |" in text and "5: 0.050, 10: 0.110" in text
+    assert "majority class scores 0.506" in text and f"tensorboard --logdir {tmp_path}" in text
+    assert r.write(text).read_text() == text
+
+
+@pytest.mark.slow
+def test_demo_end_to_end_with_few_steps_then_reuses_everything(tmp_path, capsys):
+    """Real data (cached packages), 8 pre-training steps, 6 fine-tuning steps per run; a second run
+    reuses the vocabulary, the finished pre-training and the fine-tuning checkpoints."""
+    work = tmp_path / "demo"
+    argv = ["--workdir", str(work), "--pretrain_steps", "8", "--finetune_steps", "6", "--seeds", "2"]
+    assert demo.main(argv) == 0
+    out = capsys.readouterr().out
+    text = (work / "demo_results.md").read_text()
+    assert text in out and "==> [3] pre-training" in out
+    for needle in ("| 3. pre-training, tiny BERT, 8 steps × 32 × 128", "unigram baseline 0.0",
+                   "| 4a. fine-tune tiny, pre-trained here (pretrain-8)", "| 4b. fine-tune tiny, from scratch",
+                   "| 4c. fine-tune all-MiniLM-L6-v2", "(mean of 2 seeds:", "(mean of 1 seed:", "6 steps"):
+        assert needle in text, needle
+    baseline = json.loads((work / "pretrain-8" / "unigram_baseline.json").read_text())[1]
+    assert baseline["token"] == "the" and 0.03 < baseline["accuracy"] < 0.08
+    for row in ("pretrained-pretrain-8", "scratch", "minilm"):
+        results = json.loads((work / "finetune" / row / "results.json").read_text())
+        assert all(0.0 <= r["dev"]["accuracy"] <= 1.0 for r in results["per_seed"])
+        assert math.isfinite(results["summary"]["dev"]["accuracy"]["mean"])
+    assert (work / "pretrain-8" / "tensorboard" / "eval").is_dir()
+    assert demo.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "reusing" in out and "reusing the finished run" in out and "step 1/" not in out

@@ -1,0 +1,209 @@
+"""The training input (input_pipeline/dataset.py) on tiny shards and text: static and dynamic
+masking, eval split, exact resume across epochs, process sharding, errors; and the pipeline
+benchmark's entry point (not timed)."""
+
+import importlib.util
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from input_pipeline import benchmark, pretraining
+from input_pipeline import create_pretraining_data as cpd
+from input_pipeline.dataset import make_pretraining_dataset
+from input_pipeline.tokenizers import WordPieceTokenizer
+from tests.input_pipeline.test_pretraining import write_corpus
+
+L, P, B = 32, 5, 4  # max_seq_length, max_predictions_per_seq, batch size
+KEYS = {"input_ids": (B, L), "input_mask": (B, L), "segment_ids": (B, L), "masked_lm_positions": (B, P),
+        "masked_lm_ids": (B, P), "masked_lm_weights": (B, P), "next_sentence_labels": (B,)}
+ROOT = Path(__file__).parents[2]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """A tiny vocab, a 4-file corpus (documents D0..D39), its unmasked and static shards (4 each)."""
+    root = tmp_path_factory.mktemp("data")
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", "##s"]
+    words += [f"d{i}" for i in range(60)] + [f"s{i}" for i in range(20)] + [f"w{i}" for i in range(40)]
+    (root / "vocab.txt").write_text("\n".join(words) + "\n")
+    tok = WordPieceTokenizer(root / "vocab.txt")
+    (root / "corpus").mkdir()
+    write_corpus(root / "corpus", num_files=4, docs_per_file=10)
+    kw = dict(max_seq_length=L, max_predictions_per_seq=P, num_shards=4, random_seed=3, progress=False)
+    cpd.create_pretraining_data(str(root / "corpus" / "*.txt"), str(root / "unmasked"), tok, masking="none",
+                                dupe_factor=1, **kw)
+    cpd.create_pretraining_data(str(root / "corpus" / "*.txt"), str(root / "static"), tok, masking="static",
+                                dupe_factor=2, **kw)
+    return root
+
+
+def config(data, input, masking="dynamic", **overrides):
+    spec = importlib.util.spec_from_file_location("pretrain_config", ROOT / "configs" / "pretrain.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    c = module.get_config(f"size=tiny,masking={masking}")
+    c.data.update({"input": str(input), "vocab": str(data / "vocab.txt"), "max_seq_length": L,
+                   "max_predictions_per_seq": P, "shuffle_buffer": 50, **overrides})
+    return c
+
+
+def epochs(ds, n):
+    """The batches of the next n whole epochs (ds at an epoch start); consumes one batch more."""
+    out, batch = [], next(ds)
+    for _ in range(n):
+        epoch, out = ds.epoch, [*out, []]
+        while ds.epoch == epoch:
+            out[-1].append(batch)
+            batch = next(ds)
+    return out
+
+
+def rows(batches, key=lambda b: b["input_ids"]):
+    return [r.tobytes() for b in batches for r in key(b)]
+
+
+def unmasked(b):
+    """[B, L] input ids with the original ids put back at the masked positions."""
+    ids, pos, w = b["input_ids"].copy(), b["masked_lm_positions"], b["masked_lm_weights"] > 0
+    r = np.arange(len(ids))[:, None]
+    ids[r, pos] = np.where(w, b["masked_lm_ids"], ids[r, pos])
+    return ids
+
+
+def records(directory, files=slice(None), p=None):
+    paths = sorted(str(f) for f in Path(directory).glob("*.tfrecord"))[files]
+    raw = list(tf.data.TFRecordDataset(paths).as_numpy_iterator())
+    return {k: v.numpy() for k, v in pretraining.parse_examples(raw, L, p).items()}
+
+
+def assert_batches_equal(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        assert x.keys() == y.keys()
+        for k in x:
+            np.testing.assert_array_equal(x[k], y[k], err_msg=k)
+
+
+def test_static_shards(data):
+    ref = records(data / "static", p=P)
+    n = len(ref["input_ids"])
+    ds = make_pretraining_dataset(config(data, data / "static", "static"), batch_size=B)
+    e0, e1 = epochs(ds, 2)
+    for k, shape in KEYS.items():
+        assert e0[0][k].shape == shape and e0[0][k].dtype == (np.float32 if k == "masked_lm_weights" else np.int32)
+    assert len(e0) == len(e1) == n // B
+    whole = lambda b: np.concatenate([b["input_ids"], b["masked_lm_positions"], b["masked_lm_ids"]], 1)
+    known = set(rows([ref], whole))
+    seen0, seen1 = rows(e0, whole), rows(e1, whole)
+    assert len(set(seen0)) == len(seen0) and set(seen0) <= known and set(seen1) <= known
+    assert seen0 != seen1  # reshuffled each epoch, the (static) masks travel with their examples
+
+
+def test_dynamic_masking(data):
+    c = config(data, data / "unmasked")
+    ds = make_pretraining_dataset(c, batch_size=B)
+    e0, e1 = epochs(ds, 2)
+    known = set(rows([records(data / "unmasked")]))
+    assert set(rows(e0, unmasked)) <= known and set(rows(e1, unmasked)) <= known
+    masks = [dict(zip(rows(e, unmasked), rows(e, lambda b: b["masked_lm_positions"]), strict=True)) for e in (e0, e1)]
+    common = masks[0].keys() & masks[1].keys()
+    assert len(common) > 0.8 * len(masks[0])
+    assert sum(masks[0][k] == masks[1][k] for k in common) < 0.2 * len(common)  # new masks each epoch
+    weights = np.concatenate([b["masked_lm_weights"] for b in e0])
+    assert 0.13 < weights.sum() / sum(b["input_mask"].sum() for b in e0) < 0.18
+    picked = np.concatenate([np.take_along_axis(b["input_ids"], b["masked_lm_positions"], 1) for b in e0])
+    assert 0.7 < (picked[weights > 0] == 4).mean() < 0.9  # 80% [MASK]
+    again = epochs(make_pretraining_dataset(c, batch_size=B), 1)[0]
+    assert_batches_equal(again, e0)  # same seed and epoch: the same masks
+    c.data.seed = 1
+    other = epochs(make_pretraining_dataset(c, batch_size=B), 1)[0]
+    assert rows(other) != rows(e0)
+
+
+def doc_numbers(batches, vocab):
+    ids = np.concatenate([unmasked(b) for b in batches])
+    return {int(vocab[i][1:]) for i in np.unique(ids) if vocab[i].startswith("d")}
+
+
+def test_text_input_eval_split(data):
+    text = data / "corpus" / "part-0.txt"  # documents D0..D9; eval: every 4th (eval_fraction 0.25)
+    c = config(data, text, eval_fraction=0.25)
+    vocab = (data / "vocab.txt").read_text().split("\n")
+    train = epochs(make_pretraining_dataset(c, batch_size=B), 1)[0]
+    evals = epochs(make_pretraining_dataset(c, split="eval", batch_size=B), 1)[0]
+    assert train and evals and set(evals[0]) == set(KEYS)
+    train_docs, eval_docs = doc_numbers(train, vocab), doc_numbers(evals, vocab)
+    assert train_docs <= {1, 2, 3, 5, 6, 7, 9} and len(train_docs) >= 5
+    assert eval_docs <= {0, 4, 8} and len(eval_docs) >= 2
+
+
+@pytest.mark.parametrize("kind", ["unmasked", "static", "text"])
+def test_exact_resume_across_epochs(data, kind):
+    source = data / "corpus" / "part-1.txt" if kind == "text" else data / kind
+    c = config(data, source, "static" if kind == "static" else "dynamic")
+    straight = make_pretraining_dataset(c, batch_size=B)
+    straight.EPOCHS_PER_ITERATOR = 1  # a new tf.data iterator every epoch must not change the batches
+    expected, states = [], []
+    while straight.state()["epoch"] == 0 or straight.batch < 3:  # into epoch 1 by 3 batches
+        expected.append(next(straight))
+        states.append(straight.state())  # after len(expected) batches
+    per_epoch = len(expected) - 3
+    assert per_epoch >= 3 and states[per_epoch - 1] == {"kind": "pretraining", "epoch": 0, "batch": per_epoch}
+    for k in (per_epoch - 1, per_epoch, per_epoch + 1) if kind == "unmasked" else (per_epoch - 1,):
+        resumed = make_pretraining_dataset(c, batch_size=B)
+        resumed.restore(states[k - 1])
+        assert_batches_equal([next(resumed), next(resumed)], expected[k : k + 2])
+        assert resumed.state() == states[k + 1]
+
+
+@pytest.mark.parametrize("kind", ["unmasked", "text"])
+def test_processes_read_disjoint_shares(data, kind):
+    source = data / "corpus" / "*.txt" if kind == "text" else data / "unmasked"
+    c = config(data, source)
+    seen = [set(rows(epochs(make_pretraining_dataset(c, batch_size=B, process_index=i, process_count=2), 1)[0],
+                     unmasked)) for i in (0, 1)]
+    assert seen[0] and seen[1] and not seen[0] & seen[1]
+    if kind == "unmasked":  # process i reads files i::2, all of their examples but the last partial batch
+        for i in (0, 1):
+            mine = rows([records(data / "unmasked", slice(i, None, 2))])
+            assert seen[i] <= set(mine) and len(seen[i]) == len(mine) // B * B
+
+
+def test_clear_errors(data, tmp_path):
+    with pytest.raises(FileNotFoundError, match="matches no TFRecord files"):
+        make_pretraining_dataset(config(data, tmp_path / "missing-*.tfrecord"), batch_size=B)
+    with pytest.raises(ValueError, match=r"unmasked/config.json: the shards are unmasked \(\"masked\": false\)"):
+        make_pretraining_dataset(config(data, data / "unmasked", "static"), batch_size=B)
+    with pytest.raises(ValueError, match=r"static/config.json: the shards are already masked"):
+        make_pretraining_dataset(config(data, data / "static", "dynamic"), batch_size=B)
+    with pytest.raises(ValueError, match=r"unmasked/config.json: max_seq_length=32 but config.data.max_seq_length=64"):
+        make_pretraining_dataset(config(data, data / "unmasked", max_seq_length=64), batch_size=B)
+    # Without config.json (e.g. Google's files) the first record tells.
+    shard = tmp_path / "pretrain-00000-of-00001.tfrecord"
+    shutil.copy(data / "unmasked" / "pretrain-00000-of-00004.tfrecord", shard)
+    with pytest.raises(ValueError, match=re.escape(f"{shard}: the shards are unmasked (first record lacks masked_lm")):
+        make_pretraining_dataset(config(data, shard, "static"), batch_size=B)
+    with pytest.raises(ValueError, match=re.escape(f"{shard}: first record has 32 input_ids, expected ")):
+        make_pretraining_dataset(config(data, shard, max_seq_length=48), batch_size=B)
+    with pytest.raises(ValueError, match="1 TFRecord files cannot feed 2 processes"):
+        make_pretraining_dataset(config(data, shard), batch_size=B, process_index=1, process_count=2)
+    with pytest.raises(ValueError, match=r"eval_fraction=0.1 cannot split TFRecord shards"):
+        make_pretraining_dataset(config(data, shard, eval_fraction=0.1), split="eval", batch_size=B)
+    with pytest.raises(ValueError, match="not enough examples for one batch of 10000"):
+        next(make_pretraining_dataset(config(data, shard), batch_size=10_000))
+
+
+def test_benchmark_main(data):
+    result = benchmark.main(["--source", str(data / "corpus" / "*.txt"), "--vocab", str(data / "vocab.txt"),
+                             "--max_seq_length", str(L), "--batch_size", str(B), "--batches", "2", "--json"])
+    stage1, stage2 = result["shards"], result["pipeline"]
+    assert stage1["documents"] == 40 and stage1["examples"] > 0
+    for key in ("documents_per_second", "examples_per_second", "tokens_per_second"):
+        assert stage1[key] > 0, key
+    assert stage2["batches"] == 2 and stage2["examples"] == 2 * B and stage2["masking"] == "dynamic"
+    assert stage2["examples_per_second"] > 0 and stage2["tokens_per_second"] > 0
+    assert 0 < stage2["masked_fraction"] < 0.3

@@ -1,0 +1,315 @@
+"""bert_jax.training.optim: schedules, decay mask, Adam without bias correction, LAMB, clipping, accumulation."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from bert_jax.model.config import BertConfig
+from bert_jax.model.models import BertForPreTraining
+from bert_jax.training import optim
+from bert_jax.training.optim import OptimizerConfig, make_optimizer
+
+LR, W, N = 1e-4, 100, 1000
+
+
+def fast_jit(f):
+    """``jax.jit`` for tiny test programs: XLA's backend optimisations cost more compile time than
+    they save here (about half of each test's time)."""
+    return jax.jit(f, compiler_options={"xla_backend_optimization_level": 0})
+
+
+def small_params(seed=0):
+    """A pure-dict pytree with every kind of BERT leaf name."""
+    r = np.random.default_rng(seed)
+    f = lambda *s: jnp.asarray(r.normal(size=s), jnp.float32)  # noqa: E731
+    return {"dense": {"kernel": f(3, 4), "bias": f(4)},
+            "layer_norm": {"scale": f(4), "bias": f(4)},
+            "word_embeddings": {"embedding": f(5, 3)},
+            "output_bias": f(5)}
+
+
+def grads_like(params, seed, scale=1.0):
+    r = np.random.default_rng(seed)
+    return jax.tree.map(lambda p: jnp.asarray(scale * r.normal(size=p.shape), jnp.float32), params)
+
+
+def run(*jobs):
+    """``[(final params, last updates)]`` of each ``(tx, params, grads_seq)`` job, all traced into
+    one jitted program: one compile per test (eager optax dispatches op by op, slow on CPU)."""
+    txs = [tx for tx, _, _ in jobs]
+
+    @fast_jit
+    def body(args):
+        out = []
+        for tx, (params, grads_seq) in zip(txs, args, strict=True):
+            state, updates = tx.init(params), None
+            for g in grads_seq:
+                updates, state = tx.update(g, state, params)
+                params = optax.apply_updates(params, updates)
+            out.append((params, updates))
+        return out
+
+    return body([(p, list(gs)) for _, p, gs in jobs])
+
+
+def final(*jobs):
+    return [p for p, _ in run(*jobs)]
+
+
+def assert_trees_close(a, b, rtol=1e-5, atol=1e-7):
+    jax.tree.map(lambda x, y: np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol, atol), a, b)
+
+
+# --- schedules ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("schedule, expected", [
+    # steps:  0,    50,      99,       100 (warmup end), 550 (mid-decay), 1000 (end), 1500
+    ("bert", [0.0, 0.5e-4, 0.99e-4, 0.9e-4, 0.45e-4, 0.0, 0.0]),  # decay counted from step 0
+    ("linear", [0.0, 0.5e-4, 0.99e-4, 1.0e-4, 0.5e-4, 0.0, 0.0]),  # decay from the end of warmup
+])
+def test_schedule_values(schedule, expected):
+    cfg = OptimizerConfig(learning_rate=LR, warmup_steps=W, num_train_steps=N, schedule=schedule)
+    _, fn = make_optimizer(cfg)
+    steps = [0, 50, 99, 100, 550, 1000, 1500]
+    np.testing.assert_allclose([float(fn(s)) for s in steps], expected, rtol=1e-6, atol=1e-12)
+    np.testing.assert_allclose(jax.jit(fn)(jnp.asarray(steps)), expected, rtol=1e-6, atol=1e-12)
+
+
+def test_schedule_formulas_match_references():
+    steps = np.arange(0, 1200, 7)
+    bert = optim.bert_schedule(LR, W, N)(steps)
+    google = np.where(steps < W, LR * steps / W, LR * (1 - np.minimum(steps, N) / N))
+    np.testing.assert_allclose(bert, google, rtol=1e-5, atol=1e-12)
+    optax_linear = optax.join_schedules(
+        [optax.linear_schedule(0.0, LR, W), optax.linear_schedule(LR, 0.0, N - W)], [W])
+    np.testing.assert_allclose(optim.linear_schedule(LR, W, N)(steps), optax_linear(steps),
+                               rtol=1e-5, atol=1e-12)
+    # no warmup: both start at the full lr
+    assert float(optim.bert_schedule(LR, 0, N)(0)) == pytest.approx(LR)
+    assert float(optim.linear_schedule(LR, 0, N)(0)) == pytest.approx(LR)
+
+
+# --- decay mask -----------------------------------------------------------------------------------
+
+def test_decay_mask_on_bert_pretraining_state():
+    model = nnx.eval_shape(lambda: BertForPreTraining(BertConfig.from_size("tiny"), rngs=nnx.Rngs(0)))
+    state = nnx.state(model, nnx.Param)
+    mask = optim.decay_mask(state)
+    assert jax.tree.structure(mask) == jax.tree.structure(state)
+    named = {optim.path_names(p): m for p, m in jax.tree_util.tree_leaves_with_path(mask)}
+    decayed = {"/".join(k) for k, m in named.items() if m}
+    kept = {"/".join(k) for k, m in named.items() if not m}
+    # 3 embeddings + q/k/v/o + 2 FFN kernels (stacked over layers) + pooler, MLM transform, NSP
+    assert len(decayed) == 12 and len(kept) == 18
+    assert all(k.endswith(("/kernel", "/embedding")) for k in decayed)
+    assert "bert/embeddings/word_embeddings/embedding" in decayed
+    assert "bert/layers/attention/query/kernel" in decayed
+    for k in ("bert/embeddings/layer_norm/scale", "bert/embeddings/layer_norm/bias",
+              "bert/layers/attention_norm/scale", "bert/layers/output_norm/bias",
+              "mlm/layer_norm/scale", "mlm/output_bias", "bert/layers/ffn/intermediate/bias"):
+        assert k in kept
+    # Google's deny-list (LayerNorm / layer_norm / bias by name; our LayerNorms are *_norm)
+    for k, m in named.items():
+        assert m == (not any("norm" in n or "bias" in n for n in k)), k
+    # the pure-dict form gives the same mask
+    pure = optim.decay_mask(state.to_pure_dict())
+    assert jax.tree.leaves(pure) == jax.tree.leaves(mask)
+
+
+def test_state_and_pure_dict_give_same_updates():
+    """An ``nnx.State`` (leaves are ``nnx.Param`` variables, as ``nnx.state(model, nnx.Param)``
+    gives; the mask test covers the real model's paths) and its pure dict update alike."""
+    pure, gpure = small_params(), grads_like(small_params(), 1)
+    state, gstate = (nnx.State(jax.tree.map(nnx.Param, t)) for t in (pure, gpure))
+    txs = [make_optimizer(OptimizerConfig(optimizer=name, warmup_steps=0, learning_rate=0.1))[0]
+           for name in optim.OPTIMIZERS]
+    out = final(*[(tx, state, [gstate]) for tx in txs], *[(tx, pure, [gpure]) for tx in txs])
+    for a, b in zip(out[:3], out[3:], strict=True):
+        assert isinstance(a, nnx.State)
+        assert_trees_close(a.to_pure_dict(), b)
+
+
+# --- Adam ---------------------------------------------------------------------------------------
+
+def test_adam_without_bias_correction_matches_numpy():
+    cfg = OptimizerConfig(learning_rate=0.1, warmup_steps=2, num_train_steps=10, weight_decay=0.1,
+                          clip_norm=1.0, bias_correction=False)
+    params = small_params()
+    gs = [grads_like(params, s, scale=0.5 if s == 1 else 0.05) for s in range(1, 4)]  # 1st clipped
+    [got] = final((make_optimizer(cfg)[0], params, gs))
+
+    names = [optim.path_names(p) for p, _ in jax.tree_util.tree_leaves_with_path(params)]
+    p = [np.asarray(x, np.float64) for x in jax.tree.leaves(params)]
+    m = [np.zeros_like(x) for x in p]
+    v = [np.zeros_like(x) for x in p]
+    assert float(optax.global_norm(gs[0])) > 1 > float(optax.global_norm(gs[1]))
+    for t, gt in enumerate(gs):
+        g = [np.asarray(x, np.float64) for x in jax.tree.leaves(gt)]
+        norm = np.sqrt(sum((x ** 2).sum() for x in g))
+        g = [x * min(1.0, cfg.clip_norm / norm) for x in g]
+        lr = cfg.learning_rate * (t / cfg.warmup_steps if t < cfg.warmup_steps
+                                  else 1 - t / cfg.num_train_steps)
+        for i in range(len(p)):
+            m[i] = cfg.b1 * m[i] + (1 - cfg.b1) * g[i]
+            v[i] = cfg.b2 * v[i] + (1 - cfg.b2) * g[i] ** 2
+            u = m[i] / (np.sqrt(v[i]) + cfg.eps)
+            if names[i][-1] in ("kernel", "embedding"):
+                u = u + cfg.weight_decay * p[i]
+            p[i] = p[i] - lr * u
+    for x, y in zip(jax.tree.leaves(got), p, strict=True):
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-7)
+
+
+def test_bias_correction_matches_optax_adamw():
+    cfg = OptimizerConfig(learning_rate=0.05, warmup_steps=2, num_train_steps=10, weight_decay=0.1,
+                          bias_correction=True)
+    params = small_params()
+    gs = [grads_like(params, s, scale=0.3) for s in range(3)]
+    ref_tx = optax.chain(optax.clip_by_global_norm(1.0),
+                         optax.adamw(optim.bert_schedule(0.05, 2, 10), b1=0.9, b2=0.999, eps=1e-6,
+                                     weight_decay=0.1, mask=optim.decay_mask))
+    adamw_tx = make_optimizer(dataclasses.replace(cfg, optimizer="adamw"))[0]
+    ours, ref, adamw = final(*[(tx, params, gs) for tx in (make_optimizer(cfg)[0], ref_tx, adamw_tx)])
+    assert_trees_close(ours, ref)
+    assert_trees_close(ours, adamw)
+
+
+def test_clipping_caps_global_norm():
+    # eps=1 makes Adam's first step depend on the gradient's scale, so clipping shows in the update
+    base = OptimizerConfig(warmup_steps=0, learning_rate=1.0, eps=1.0, weight_decay=0.0)
+    params = small_params()
+    g = grads_like(params, 5)
+    big = jax.tree.map(lambda x: 100 * x, g)
+    unit = jax.tree.map(lambda x: x / optax.global_norm(big) * 100, g)  # norm exactly 1
+    small = jax.tree.map(lambda x: 0.5 * x, unit)
+    tx, _ = make_optimizer(base)
+    no_clip, _ = make_optimizer(dataclasses.replace(base, clip_norm=None))
+    big_c, unit_n, small_c, small_n, big_n = final(
+        (tx, params, [big]), (no_clip, params, [unit]), (tx, params, [small]),
+        (no_clip, params, [small]), (no_clip, params, [big]))
+    assert_trees_close(big_c, unit_n)
+    assert_trees_close(small_c, small_n)  # norm below 1: untouched
+    assert not np.allclose(big_n["dense"]["kernel"], unit_n["dense"]["kernel"])
+
+
+# --- LAMB -----------------------------------------------------------------------------------------
+
+def test_lamb_trust_ratio():
+    cfg = OptimizerConfig(optimizer="lamb", learning_rate=0.01, warmup_steps=0, num_train_steps=100,
+                          weight_decay=0.01, bias_correction=True, clip_norm=None)
+    params = small_params()
+    g = grads_like(params, 3)
+    ref_lamb = optax.lamb(0.01, eps=1e-6, weight_decay=0.01, mask=optim.decay_mask)
+    ref_adam = optax.adam(0.01, eps=1e-6)
+    (_, updates), (_, lamb), (_, adam) = run(
+        *[(tx, params, [g]) for tx in (make_optimizer(cfg)[0], ref_lamb, ref_adam)])
+    for path, u in jax.tree_util.tree_leaves_with_path(updates):
+        names = optim.path_names(path)
+        p = _get(params, names)
+        if optim.decays(names):  # trust ratio: ||update|| = lr * ||p||
+            np.testing.assert_allclose(np.linalg.norm(u), 0.01 * np.linalg.norm(p), rtol=1e-5)
+            np.testing.assert_allclose(u, _get(lamb, names), rtol=1e-5, atol=1e-8)
+        else:  # LayerNorm / biases: plain Adam step, no layer adaptation
+            np.testing.assert_allclose(u, _get(adam, names), rtol=1e-5, atol=1e-8)
+
+
+def _get(tree, names):
+    for n in names:
+        tree = tree[n]
+    return tree
+
+
+# --- accumulation ---------------------------------------------------------------------------------
+
+def test_multisteps_equals_big_batch():
+    r = np.random.default_rng(0)
+    x, y = jnp.asarray(r.normal(size=(16, 3)), jnp.float32), jnp.asarray(r.normal(size=(16, 4)))
+    params = {"dense": {"kernel": jnp.asarray(r.normal(size=(3, 4)), jnp.float32),
+                        "bias": jnp.zeros(4, jnp.float32)}}
+
+    def loss(p, xb, yb):
+        return jnp.mean((xb @ p["dense"]["kernel"] + p["dense"]["bias"] - 3 * yb) ** 2)
+
+    base = OptimizerConfig(learning_rate=0.1, warmup_steps=0, num_train_steps=4)  # lr .1, .075
+    k = 4
+    big_tx, _ = make_optimizer(base)
+    acc_tx, _ = make_optimizer(dataclasses.replace(base, accumulation_steps=k))
+    grad = jax.grad(loss)
+
+    @fast_jit
+    def both(params):
+        p_big, s_big, p_acc, s_acc, norms, zero = params, big_tx.init(params), params, \
+            acc_tx.init(params), [], []
+        for _ in range(2):  # two optimizer steps (the schedule counts these, not micro-batches)
+            g = grad(p_big, x, y)
+            norms.append(optax.global_norm(g))
+            u, s_big = big_tx.update(g, s_big, p_big)
+            p_big = optax.apply_updates(p_big, u)
+            for i in range(k):
+                sl = slice(i * 16 // k, (i + 1) * 16 // k)
+                u, s_acc = acc_tx.update(grad(p_acc, x[sl], y[sl]), s_acc, p_acc)
+                if i < k - 1:
+                    zero.append(optax.global_norm(u) == 0)
+                p_acc = optax.apply_updates(p_acc, u)
+        return p_big, p_acc, jnp.stack(norms), jnp.stack(zero)
+
+    p_big, p_acc, norms, zero = both(params)
+    assert (np.asarray(norms) > 1.0).all()  # clipping acts, and acts on the accumulated mean
+    assert np.asarray(zero).all()  # micro-steps only accumulate
+    assert not np.allclose(p_big["dense"]["kernel"], params["dense"]["kernel"])
+    assert_trees_close(p_acc, p_big, rtol=1e-5, atol=1e-6)
+
+
+# --- config and errors ----------------------------------------------------------------------------
+
+def test_defaults_are_the_paper_recipe():
+    c = OptimizerConfig()
+    assert (c.optimizer, c.learning_rate, c.b1, c.b2, c.eps) == ("adamw_bert", 1e-4, 0.9, 0.999, 1e-6)
+    assert (c.weight_decay, c.clip_norm, c.warmup_steps, c.num_train_steps) == (0.01, 1.0, 10_000,
+                                                                               1_000_000)
+    assert (c.bias_correction, c.schedule, c.accumulation_steps) == (False, "bert", 1)
+
+
+def test_config_dict_and_dataclass_inputs():
+    cd = ml_collections.ConfigDict({"optimizer": "lamb", "learning_rate": 2e-3, "warmup_steps": 5.0,
+                                    "num_train_steps": 50})
+    c = OptimizerConfig.from_config_dict(cd)
+    assert c == OptimizerConfig(optimizer="lamb", learning_rate=2e-3, warmup_steps=5, num_train_steps=50)
+    tx, fn = make_optimizer(cd)
+    assert float(fn(5)) == pytest.approx(2e-3 * 0.9)
+    tx.init(small_params())
+
+    @dataclasses.dataclass
+    class Other:
+        learning_rate: float = 3e-4
+        schedule: str = "linear"
+
+    assert OptimizerConfig.from_config_dict(Other()).schedule == "linear"
+    with pytest.raises(ValueError, match="unknown optimizer config field.*warmup_step"):
+        OptimizerConfig.from_config_dict({"warmup_step": 10})
+    assert OptimizerConfig.from_config_dict({"batch_size": 8}, ignore_unknown=True) == OptimizerConfig()
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"optimizer": "sgd"}, r"optimizer='sgd'.*adamw_bert.*adamw.*lamb"),
+    ({"schedule": "cosine"}, r"schedule='cosine'.*bert.*linear"),
+    ({"learning_rate": -1e-4}, "learning_rate"),
+    ({"warmup_steps": 2000, "num_train_steps": 1000}, r"warmup_steps=2000.*num_train_steps=1000"),
+    ({"warmup_steps": -1}, "warmup_steps"),
+    ({"num_train_steps": 0}, "num_train_steps"),
+    ({"accumulation_steps": 0}, "accumulation_steps"),
+    ({"b2": 1.0}, "b2"),
+    ({"clip_norm": -1.0}, "clip_norm"),
+    ({"weight_decay": float("nan")}, "weight_decay"),
+])
+def test_bad_values_raise(kw, match):
+    with pytest.raises(ValueError, match=match):
+        OptimizerConfig(**kw)
+    with pytest.raises(ValueError, match=match):
+        make_optimizer(kw)
