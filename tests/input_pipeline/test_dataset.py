@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from input_pipeline import benchmark, pretraining
+from bert_jax.benchmark import pipeline as benchmark
 from input_pipeline import create_pretraining_data as cpd
+from input_pipeline import pretraining
 from input_pipeline.dataset import make_pretraining_dataset
 from input_pipeline.tokenizers import WordPieceTokenizer
 from tests.input_pipeline.test_pretraining import write_corpus

@@ -128,7 +128,7 @@ def test_trainer_on_packed_rows_resumes_exactly(data, tmp_path):
 
 
 def test_pipeline_benchmark_packs(data):
-    from input_pipeline import benchmark
+    from bert_jax.benchmark import pipeline as benchmark
 
     result = benchmark.main(["--source", str(data / "corpus" / "*.txt"), "--vocab", str(data / "vocab.txt"),
                              "--max_seq_length", str(L), "--batch_size", str(ROWS), "--batches", "3",
