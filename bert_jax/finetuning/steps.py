@@ -21,10 +21,9 @@ from flax import nnx
 
 from bert_jax.model.config import BertConfig
 from bert_jax.model.models import BertClassifier, BertForQuestionAnswering, BertTagger
-from bert_jax.training import sharding as sh
-from bert_jax.training.train_step import TrainState, apply_gradients
-
-KINDS = ("classification", "regression", "tagging", "span")
+from bert_jax.training.state import TrainState
+from bert_jax.training.train_step import apply_gradients
+from input_pipeline.tasks.base import KINDS
 
 
 def make_model(cfg: BertConfig, kind: str, num_labels: int, seed: int) -> nnx.Module:
@@ -39,26 +38,6 @@ def make_model(cfg: BertConfig, kind: str, num_labels: int, seed: int) -> nnx.Mo
     if kind == "span":
         return BertForQuestionAnswering(cfg, rngs=rngs)
     raise ValueError(f"unknown task kind {kind!r}; expected one of {KINDS}")
-
-
-def abstract_model(cfg: BertConfig, kind: str, num_labels: int) -> tuple[nnx.GraphDef, nnx.State]:
-    model = nnx.eval_shape(lambda: make_model(cfg, kind, num_labels, 0))
-    return nnx.split(model, nnx.Param)
-
-
-def state_shardings(cfg: BertConfig, kind: str, num_labels: int, tx, mesh, rules) -> TrainState:
-    from jax.sharding import NamedSharding, PartitionSpec
-
-    _, abstract_params = abstract_model(cfg, kind, num_labels)
-    params = sh.param_shardings(abstract_params, mesh, rules)
-    opt = jax.eval_shape(tx.init, abstract_params.to_pure_dict())
-    return TrainState(step=NamedSharding(mesh, PartitionSpec()), params=params,
-                      opt_state=sh.optimizer_shardings(tx, opt, params, mesh))
-
-
-def new_state(params: dict, tx) -> TrainState:
-    """A fresh state (step 0) over ``params`` (a pure dict); jit it with out_shardings."""
-    return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
 
 
 def forward(params, graphdef, batch, rng, kind: str, deterministic: bool) -> dict[str, jax.Array]:

@@ -1,6 +1,6 @@
 """The fine-tuning loop: ``run(config, workdir)`` for GLUE, SQuAD and NER (``configs/glue.py`` etc.).
 
-``train.py`` calls `bert_jax.training.trainer.run`, which hands configs with a ``task`` section to this
+``train.py`` calls `bert_jax.launch.run`, which hands configs with a ``task`` section to this
 module. For each of ``config.seeds`` restarts (seeds ``seed, seed+1, ...``; run k in
 ``workdir/seed_<seed>`` when there are several) it builds the task model, restores the encoder from
 ``init_checkpoint`` (`bert_jax.finetuning.warm_start`; heads start fresh; empty = from scratch), trains
@@ -23,7 +23,6 @@ import functools
 import json
 import logging
 import math
-import signal
 from pathlib import Path
 
 import jax
@@ -34,9 +33,12 @@ from bert_jax.finetuning import evaluation as fe
 from bert_jax.finetuning import steps as fs
 from bert_jax.model.config import BertConfig
 from bert_jax.training import sharding as sh
-from bert_jax.training.checkpoints import Checkpointer, abstract_target
+from bert_jax.training.checkpoints import Checkpointer
+from bert_jax.training.loop import start_job, train_loop
 from bert_jax.training.metric_writer import MetricWriter
 from bert_jax.training.optim import make_optimizer
+from bert_jax.training.progress import Progress
+from bert_jax.training.state import state_layout
 
 log = logging.getLogger(__name__)
 
@@ -74,82 +76,69 @@ def train_batch(features: dict, step: int, batch_size: int, seed: int, length_mu
 def _optimizer(config, steps: int):
     opt = config.optimizer.to_dict()
     warmup = int(round(opt.pop("warmup_fraction") * steps))
-    return make_optimizer({**opt, "warmup_steps": warmup, "num_train_steps": steps, "accumulation_steps": 1})
+    return make_optimizer({**opt, "warmup_steps": warmup, "num_train_steps": steps})
+
+
+def _initial_state(layout, ckpt: Checkpointer, workdir: Path, seed: int, warm):
+    """The run's newest checkpoint (exact resume), else a new state whose encoder comes from the
+    warm start (heads fresh), else a new state from scratch."""
+    if ckpt.latest_step() is not None:
+        state, _ = ckpt.restore(layout.target())
+        log.info("resumed %s at step %d", workdir, int(state.step))
+        return state
+    if warm is None:
+        return layout.create(seed)
+    model = nnx.jit(lambda: layout.make_model(seed))()
+    warm.load_encoder(model)
+    return layout.from_params(nnx.state(model, nnx.Param).to_pure_dict())
 
 
 def train_one(config, workdir: Path, seed: int, task, cfg: BertConfig, warm, data: dict) -> dict:
     """One fine-tuning run (one seed) in ``workdir``; returns {split: metrics}."""
-    from bert_jax.training.trainer import Progress, TrainingDivergedError
-
     train = data["train"]["features"]
     bs, mult = config.batch_size, config.length_multiple
     n = len(train["input_ids"])
     if n < bs:
         raise ValueError(f"{task.name}: {n} training features, fewer than one batch of {bs}")
-    steps = config.num_train_steps or math.ceil(config.num_train_epochs * n / bs)
-    tx, schedule = _optimizer(config, steps)
+    total = config.num_train_steps or math.ceil(config.num_train_epochs * n / bs)
+    tx, schedule = _optimizer(config, total)
     mesh = sh.make_mesh(tuple(config.mesh_shape))
     rules = tuple(tuple(r) for r in config.sharding_rules)
-    n_labels = task.num_labels
-    shardings = fs.state_shardings(cfg, task.kind, n_labels, tx, mesh, rules)
-    graphdef, abstract_params = fs.abstract_model(cfg, task.kind, n_labels)
-    init = jax.jit(functools.partial(fs.new_state, tx=tx), out_shardings=shardings)
-    ckpt = Checkpointer(workdir, keep=config.keep_checkpoints)
-    is_main = jax.process_index() == 0
-    if ckpt.latest_step() is not None:
-        abstract = jax.eval_shape(functools.partial(fs.new_state, tx=tx), abstract_params.to_pure_dict())
-        state, _ = ckpt.restore(abstract_target(abstract, shardings))
-        log.info("resumed %s at step %d", workdir, int(state.step))
-    else:
-        model = nnx.jit(lambda: fs.make_model(cfg, task.kind, n_labels, seed))()
-        if warm is not None:
-            warm.load_encoder(model)
-        state = init(nnx.state(model, nnx.Param).to_pure_dict())
-        del model
+    layout = state_layout(functools.partial(fs.make_model, cfg, task.kind, task.num_labels), tx, mesh, rules)
     batch_sh = sh.batch_sharding(mesh, rules)
-    train_fn = jax.jit(functools.partial(fs.train_step, graphdef=graphdef, tx=tx, schedule=schedule, kind=task.kind),
-                       in_shardings=(shardings, batch_sh, None), out_shardings=(shardings, None), donate_argnums=0)
-    eval_fn = jax.jit(functools.partial(fs.eval_step, graphdef=graphdef, kind=task.kind),
-                      in_shardings=(shardings.params, batch_sh))
+    train_fn = jax.jit(functools.partial(fs.train_step, graphdef=layout.graphdef, tx=tx, schedule=schedule,
+                                         kind=task.kind),
+                       in_shardings=(layout.shardings, batch_sh, None), out_shardings=(layout.shardings, None),
+                       donate_argnums=0)
+    eval_fn = jax.jit(functools.partial(fs.eval_step, graphdef=layout.graphdef, kind=task.kind),
+                      in_shardings=(layout.shardings.params, batch_sh))
+    is_main = jax.process_index() == 0
+    ckpt = Checkpointer(workdir, keep=config.keep_checkpoints)
     writer = MetricWriter(workdir, enabled=is_main)
-    rng = jax.random.key(seed, impl=config.get("rng_impl", "threefry2x32"))
-    step = int(state.step)
-    progress = Progress(step, steps, bs, enabled=is_main and config.progress)
-    stop = {"signal": None}
-    previous = signal.signal(signal.SIGTERM, lambda signum, _: stop.update(signal=signum))
-    pending, results = [], {}
     try:
-        while step < steps:
-            batch = train_batch(train, step, bs, seed, mult)
-            state, metrics = train_fn(state, sh.global_batch(fe.local_rows(batch), mesh, rules), rng)
-            step += 1
-            pending.append(metrics)
-            progress.update(step)
-            if step % config.log_every == 0 or step == steps or stop["signal"]:
-                rows = jax.device_get(pending)
-                pending = []
-                summary = {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
-                if not np.isfinite(summary["loss"]):
-                    raise TrainingDivergedError(f"{task.name}: loss is {summary['loss']} at step {step}; stopping")
-                summary.update(progress.report(step, summary))
-                writer.write(step, summary, "train")
-            if step % config.checkpoint_every == 0 or step == steps or stop["signal"]:
-                ckpt.save(step, state, {"step": step, "seed": seed, "model": dataclasses.asdict(cfg)})
-            if stop["signal"]:
-                log.warning("SIGTERM received: saved a checkpoint at step %d; exiting", step)
-                return {"interrupted_at_step": step}
-            if config.eval_every and step % config.eval_every == 0 and step < steps:
+        state = _initial_state(layout, ckpt, workdir, seed, warm)
+        start = int(state.step)
+        batches = (sh.global_batch(fe.local_rows(train_batch(train, step, bs, seed, mult)), mesh, rules)
+                   for step in range(start, total))
+
+        def after_step(state, step: int) -> None:
+            if config.eval_every and step % config.eval_every == 0 and step < total:
                 fe.evaluate_splits(task, state.params, data, eval_fn, config, mesh, rules, writer, step, None)
-        progress.close()
-        pred_dir = workdir / "predictions"
-        results = fe.evaluate_splits(task, state.params, data, eval_fn, config, mesh, rules, writer, step,
-                                  pred_dir if is_main else None)
+
+        result = train_loop(
+            state, train_fn, batches, jax.random.key(seed, impl=config.get("rng_impl", "threefry2x32")),
+            total=total, ckpt=ckpt, writer=writer,
+            progress=Progress(start, total, bs, enabled=is_main and config.progress),
+            log_every=config.log_every, checkpoint_every=config.checkpoint_every,
+            meta=lambda step: {"step": step, "seed": seed, "model": dataclasses.asdict(cfg)},
+            after_step=after_step, name=task.name)
+        if result.interrupted:
+            return {"interrupted_at_step": result.step}
+        return fe.evaluate_splits(task, result.state.params, data, eval_fn, config, mesh, rules, writer,
+                                  result.step, workdir / "predictions" if is_main else None)
     finally:
-        signal.signal(signal.SIGTERM, previous)
-        progress.close()
         ckpt.close()
         writer.close()
-    return results
 
 
 def load_data(config, task, tokenizer) -> dict:
@@ -189,7 +178,6 @@ def _summary(per_seed: list[dict]) -> dict:
 def run(config, workdir: str | Path) -> dict:
     """Fine-tunes per ``config`` (one run per seed); returns and writes ``results.json``."""
     from bert_jax.finetuning.warm_start import open_init_checkpoint
-    from bert_jax.training.trainer import start_job
     from input_pipeline.package_data import resolve
     from input_pipeline.tasks import make_task
     from input_pipeline.tokenizer_factory import load_tokenizer

@@ -50,7 +50,8 @@ class Checkpointer:
 
     def restore(self, target: Any, step: int | None = None) -> tuple[Any, dict]:
         """Restores into ``target``: a pytree of ``jax.ShapeDtypeStruct`` with shardings (see
-        `abstract_target`), so every array lands in its shards. A shape mismatch names the leaf."""
+        `bert_jax.training.state.StateLayout.target`), so every array lands in its shards. A shape
+        mismatch names the leaf."""
         step = self.latest_step() if step is None else step
         if step is None:
             raise FileNotFoundError(f"{self.directory}: no checkpoint to restore")
@@ -75,11 +76,6 @@ class Checkpointer:
     def close(self) -> None:
         self.manager.wait_until_finished()
         self.manager.close()
-
-
-def abstract_target(shapes: Any, shardings: Any) -> Any:
-    """ShapeDtypeStructs carrying shardings, the restore target Orbax needs."""
-    return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, shardings)
 
 
 def read_params(path: str | Path) -> tuple[dict, epath.Path]:

@@ -1,5 +1,5 @@
 """Optimizers for pre-training and fine-tuning: the paper's Adam, plain AdamW and LAMB, with warmup
-+ linear decay, a weight-decay mask, global-norm clipping and gradient accumulation.
++ linear decay, a weight-decay mask and global-norm clipping.
 
 Everything here is plain optax over a params pytree: an ``nnx.State`` from
 ``nnx.state(model, nnx.Param)`` or its ``.to_pure_dict()``. One entry point:
@@ -52,9 +52,10 @@ class OptimizerConfig:
     1.003x at 5000 — above 1.3x only in the first ~1000 steps, where a 10k-step warmup keeps
     lr(t) under 10% of its peak.
 
-    ``accumulation_steps`` k: each update averages k micro-batch gradients (``optax.MultiSteps``);
-    ``warmup_steps``/``num_train_steps`` and the schedule count optimizer (outer) steps, i.e. one
-    per k micro-batches, so a 256 global batch as 8 x 32 keeps the paper's step numbers.
+    ``warmup_steps``/``num_train_steps`` and the schedule count optimizer steps. Gradient
+    accumulation is not the optimizer's business: the training step sums micro-batch gradients in a
+    ``lax.scan`` (``config.optimizer.accumulation_steps`` of a job config, read by
+    `bert_jax.training.trainer.build_steps`), so one call is one optimizer step.
     """
 
     optimizer: str = "adamw_bert"
@@ -68,7 +69,6 @@ class OptimizerConfig:
     clip_norm: float | None = 1.0  # None or 0 turns clipping off
     bias_correction: bool = False
     schedule: str = "bert"
-    accumulation_steps: int = 1
 
     def __post_init__(self):
         def bad(field, expected):
@@ -90,7 +90,7 @@ class OptimizerConfig:
         if c is not None and (isinstance(c, bool) or not isinstance(c, (int, float))
                               or not math.isfinite(c) or c < 0):
             bad("clip_norm", "None, 0 (no clipping) or a finite number > 0")
-        for f, lo in (("warmup_steps", 0), ("num_train_steps", 1), ("accumulation_steps", 1)):
+        for f, lo in (("warmup_steps", 0), ("num_train_steps", 1)):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 bad(f, f"an integer >= {lo}")
@@ -119,7 +119,7 @@ class OptimizerConfig:
         if unknown and not ignore_unknown:
             raise ValueError(f"unknown optimizer config field(s) {unknown}; known fields: {names}")
         kw = {k: v for k, v in d.items() if k in names}
-        for k in ("warmup_steps", "num_train_steps", "accumulation_steps"):  # 1e4 from a CLI
+        for k in ("warmup_steps", "num_train_steps"):  # 1e4 from a CLI
             if isinstance(kw.get(k), float) and float(kw[k]).is_integer():
                 kw[k] = int(kw[k])
         return cls(**kw)
@@ -261,11 +261,7 @@ def make_optimizer(cfg: Any, *, ignore_unknown: bool = False
       tf-addons: ``exclude_from_layer_adaptation`` defaults to ``exclude_from_weight_decay``);
       LayerNorm and bias vectors take plain Adam steps. ``optax.lamb`` alone applies it to all.
 
-    ``schedule_fn(step)`` is the lr at optimizer step ``step``; with ``accumulation_steps`` k the
-    ``tx`` is ``optax.MultiSteps`` and an optimizer step is every k-th ``tx.update`` call (the
-    others return zero updates and only accumulate the mean gradient; the optimizer step is
-    ``opt_state.gradient_step`` of the ``optax.MultiStepsState``). Clipping applies to the
-    accumulated mean, so k micro-batches give the same update as one k-times-larger batch.
+    ``schedule_fn(step)`` is the lr at optimizer step ``step``.
     """
     cfg = OptimizerConfig.from_config_dict(cfg, ignore_unknown=ignore_unknown)
     lr = make_schedule(cfg)
@@ -283,7 +279,4 @@ def make_optimizer(cfg: Any, *, ignore_unknown: bool = False
         if cfg.optimizer == "lamb":
             parts.append(optax.masked(optax.scale_by_trust_ratio(), decay_mask))
         parts.append(optax.scale_by_learning_rate(lr))
-    tx = optax.chain(*parts)
-    if cfg.accumulation_steps > 1:
-        tx = optax.MultiSteps(tx, every_k_schedule=cfg.accumulation_steps).gradient_transformation()
-    return tx, lr
+    return optax.chain(*parts), lr

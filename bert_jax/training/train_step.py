@@ -1,17 +1,15 @@
 """Pure pre-training state and steps: ``train_step(state, batch, rng) -> (state, metrics)``.
 
-The model's structure (``graphdef``) and the optimizer are static; the state is a pytree (step,
-parameters as an ``nnx.State``, optimizer state), initialised abstractly with ``jax.eval_shape``
-and then created directly with its shardings, so a large model is never whole on one device. The
-trainer jits these functions once with explicit in/out shardings and donates the state.
+The model's structure (``graphdef``) and the optimizer are static; the state is a
+`bert_jax.training.state.TrainState` (step, parameters as a pure dict, optimizer state). The
+trainer jits these functions once with explicit in/out shardings and donates the state
+(`bert_jax.training.trainer.build_steps`).
 """
 
 from __future__ import annotations
 
-import functools
-from typing import Any
+from collections.abc import Callable
 
-import flax.struct
 import jax
 import jax.numpy as jnp
 import optax
@@ -19,7 +17,7 @@ from flax import nnx
 
 from bert_jax.model.config import BertConfig
 from bert_jax.model.models import BertForPreTraining
-from bert_jax.training import sharding as sh
+from bert_jax.training.state import TrainState, new_state
 
 BATCH_KEYS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
               "masked_lm_weights", "next_sentence_labels")
@@ -30,45 +28,20 @@ BATCH_KEYS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "
 OPTIONAL_KEYS = ("example_ids", "cls_positions", "token_index")
 
 
-@flax.struct.dataclass
-class TrainState:
-    step: jax.Array  # int32 [], optimizer steps taken
-    params: dict  # the model's parameters as a pure nested dict (nnx.merge(graphdef, params))
-    opt_state: Any
-
-
-def abstract_model(cfg: BertConfig, objective: str) -> tuple[nnx.GraphDef, nnx.State]:
-    """The model's static structure and its parameters' shapes and logical names; allocates nothing."""
-    model = nnx.eval_shape(lambda: BertForPreTraining(cfg, rngs=nnx.Rngs(0), objective=objective))
-    return nnx.split(model, nnx.Param)
+def pretraining_model(cfg: BertConfig, objective: str) -> Callable[[int], BertForPreTraining]:
+    """seed -> the pre-training model (what `bert_jax.training.state.state_layout` builds from)."""
+    return lambda seed: BertForPreTraining(cfg, rngs=nnx.Rngs(seed), objective=objective)
 
 
 def model_graphdef(cfg: BertConfig, objective: str) -> nnx.GraphDef:
-    return abstract_model(cfg, objective)[0]
+    """The model's static structure (allocates nothing)."""
+    return nnx.graphdef(nnx.eval_shape(lambda: pretraining_model(cfg, objective)(0)))
 
 
 def init_state(cfg: BertConfig, objective: str, tx: optax.GradientTransformation, seed: int) -> TrainState:
-    model = BertForPreTraining(cfg, rngs=nnx.Rngs(seed), objective=objective)
-    params = nnx.state(model, nnx.Param).to_pure_dict()
-    return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
-
-
-def state_shardings(cfg: BertConfig, objective: str, tx, mesh, rules) -> TrainState:
-    """NamedShardings for every leaf of the state, from the parameters' logical axis names."""
-    from jax.sharding import NamedSharding, PartitionSpec
-
-    abstract = jax.eval_shape(functools.partial(init_state, cfg, objective, tx, 0))
-    params = sh.param_shardings(abstract_model(cfg, objective)[1], mesh, rules)
-    return TrainState(step=NamedSharding(mesh, PartitionSpec()), params=params,
-                      opt_state=sh.optimizer_shardings(tx, abstract.opt_state, params, mesh))
-
-
-def create_state(cfg: BertConfig, objective: str, tx, seed: int, mesh, rules) -> tuple[TrainState, TrainState]:
-    """(state, shardings): abstract init → shardings from the logical names → jitted init that
-    creates each parameter directly in its shards (nothing is ever whole on one device)."""
-    shardings = state_shardings(cfg, objective, tx, mesh, rules)
-    init = functools.partial(init_state, cfg, objective, tx, seed)
-    return jax.jit(init, out_shardings=shardings)(), shardings
+    """A fresh state on the default device (tests and small tools; the trainer creates its state
+    in its shards with `bert_jax.training.state.StateLayout.create`)."""
+    return new_state(nnx.state(pretraining_model(cfg, objective)(seed), nnx.Param).to_pure_dict(), tx)
 
 
 def pretraining_losses(out, batch) -> dict[str, jax.Array]:

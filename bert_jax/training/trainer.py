@@ -1,13 +1,11 @@
-"""The pre-training loop: ``run(config, workdir)``. ``train.py`` only parses flags and calls this.
+"""Pre-training: ``run(config, workdir)`` (``train.py`` with configs/pretrain.py or configs/demo.py).
 
-One jitted, sharded ``train_step`` (donated state) on a ('data', 'fsdp', 'tensor') mesh; the same
-code runs on a CPU, one GPU or a TPU pod slice. The loop writes ``config.json`` at start, logs
-progress (steps/s, examples/s, ETA), writes TensorBoard events and ``metrics.jsonl``, evaluates
-every ``eval_every`` steps, saves Orbax checkpoints every ``checkpoint_every`` steps, at the end and
-on SIGTERM (preemption), resumes from the newest checkpoint in the workdir, and stops with a clear
-message if the loss is NaN/Inf, never saving a checkpoint after it. With
-``config.prefetch_batches`` > 0 the next batches are placed on the devices in a background thread
-(`bert_jax.training.prefetch.DevicePrefetch`) while the step runs.
+`build_steps` makes the jitted, sharded ``train_step`` (donated state) and ``eval_step`` on a
+('data', 'fsdp', 'tensor') mesh from the config: the same function serves the trainer, the
+benchmark and ahead-of-time compilation, so what they measure is what runs. `run` adds the input
+(each process its own share; prefetched onto the devices in a background thread), resume from the
+newest checkpoint in the workdir (parameters, optimizer state, step and every process's input
+position), held-out evaluation every ``eval_every`` steps, and the shared loop (`bert_jax.training.loop`).
 """
 
 from __future__ import annotations
@@ -16,26 +14,24 @@ import dataclasses
 import functools
 import json
 import logging
-import signal
-import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import jax
 import numpy as np
+from jax.sharding import Mesh, NamedSharding
 
 from bert_jax.model.config import BertConfig
 from bert_jax.training import sharding as sh
 from bert_jax.training import train_step as ts
-from bert_jax.training.checkpoints import Checkpointer, abstract_target, as_path
+from bert_jax.training.checkpoints import Checkpointer
+from bert_jax.training.loop import start_job, train_loop
 from bert_jax.training.metric_writer import MetricWriter
 from bert_jax.training.optim import make_optimizer
+from bert_jax.training.progress import Progress
+from bert_jax.training.state import StateLayout, state_layout
 
 log = logging.getLogger(__name__)
-
-
-class TrainingDivergedError(RuntimeError):
-    """The loss became NaN or Inf; the workdir keeps the last good checkpoint."""
 
 
 def model_config(config, vocab_size: int) -> BertConfig:
@@ -89,49 +85,38 @@ def vocab_size_of(config) -> int:
     return load_tokenizer(resolve(config.data.vocab)).vocab_size
 
 
-class Progress:
-    """A tqdm bar on a terminal, a plain log line per ``log_every`` steps otherwise."""
+@dataclasses.dataclass(frozen=True)
+class PretrainingSteps:
+    """The pre-training step as the trainer runs it: jitted with explicit shardings, state donated."""
 
-    def __init__(self, start: int, total: int, examples_per_step: int, enabled: bool):
-        self.start, self.total, self.per_step = start, total, examples_per_step
-        self.t0, self.last_t, self.last_step = time.time(), time.time(), start
-        self.bar = None
-        if enabled and sys.stderr.isatty():
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=total, initial=start, unit="step", dynamic_ncols=True)
-        self.enabled = enabled
-
-    def update(self, step: int) -> None:
-        if self.bar is not None:
-            self.bar.update(step - self.bar.n)
-
-    def report(self, step: int, metrics: dict) -> dict:
-        now = time.time()
-        rate = (step - self.last_step) / max(now - self.last_t, 1e-9)
-        self.last_t, self.last_step = now, step
-        eta = (self.total - step) / max(rate, 1e-9)
-        per_step = metrics.get("examples", self.per_step)  # packed rows hold several examples
-        timing = {"steps_per_sec": rate, "examples_per_sec": rate * per_step}
-        if self.enabled:
-            shown = " ".join(f"{name} {metrics[k]:.4f}" for k, name in
-                             (("loss", "loss"), ("mlm_accuracy", "mlm_acc"), ("accuracy", "acc")) if k in metrics)
-            text = (f"step {step}/{self.total} {shown} "
-                    f"| {rate:.2f} steps/s {rate * per_step:.0f} ex/s | ETA {eta / 60:.1f} min")
-            if self.bar is not None:
-                self.bar.set_postfix_str(f"loss {metrics['loss']:.3f}")
-                self.bar.write(text)
-            else:
-                print(text, flush=True)
-        return timing
-
-    def close(self):
-        if self.bar is not None:
-            self.bar.close()
+    layout: StateLayout
+    train_fn: Callable  # (state, batch, rng) -> (state, metrics)
+    eval_fn: Callable  # (state, batch) -> metric sums
+    mesh: Mesh
+    rules: tuple
+    batch_sharding: NamedSharding
+    schedule: Callable  # optimizer step -> learning rate
 
 
-def _mean(rows: list[dict]) -> dict:
-    return {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
+def build_steps(config, model_cfg: BertConfig, mesh: Mesh) -> PretrainingSteps:
+    """The optimizer (``config.optimizer``), the state's layout under ``config.sharding_rules`` and
+    the jitted steps. Gradient accumulation is a ``lax.scan`` inside the step (one call = one
+    optimizer step over ``optimizer.accumulation_steps`` micro-batches)."""
+    optimizer = config.optimizer.to_dict()
+    accumulation_steps = optimizer.pop("accumulation_steps", 1)
+    if config.batch_size % accumulation_steps:
+        raise ValueError(f"batch_size {config.batch_size} is not divisible by accumulation_steps {accumulation_steps}")
+    tx, schedule = make_optimizer(optimizer)
+    rules = tuple(tuple(r) for r in config.sharding_rules)
+    layout = state_layout(ts.pretraining_model(model_cfg, config.objective), tx, mesh, rules)
+    batch_sh = sh.batch_sharding(mesh, rules)
+    train_fn = jax.jit(
+        functools.partial(ts.train_step, graphdef=layout.graphdef, tx=tx, schedule=schedule,
+                          accumulation_steps=accumulation_steps),
+        in_shardings=(layout.shardings, batch_sh, None), out_shardings=(layout.shardings, None), donate_argnums=0)
+    eval_fn = jax.jit(functools.partial(ts.eval_step, graphdef=layout.graphdef),
+                      in_shardings=(layout.shardings, batch_sh), out_shardings=None)
+    return PretrainingSteps(layout, train_fn, eval_fn, mesh, rules, batch_sh, schedule)
 
 
 def gather_data_states(state: dict) -> list[dict]:
@@ -156,135 +141,83 @@ def evaluate(eval_fn, state, data, num_batches: int, mesh, rules) -> dict:
     return {k: float(v) for k, v in ts.summarize(jax.device_get(totals)).items()}
 
 
-def start_job(config, workdir: str | Path):
-    """Shared start of every job: multi-host initialisation, TensorFlow kept off accelerators,
-    ``config.json`` written by process 0. Returns (workdir as a path, is process 0)."""
-    from input_pipeline import hide_accelerators_from_tf
-
-    if config.get("multihost", False):
-        jax.distributed.initialize()
-    hide_accelerators_from_tf()
-    workdir = as_path(workdir)
-    is_main = jax.process_index() == 0
-    if is_main:
-        workdir.mkdir(parents=True, exist_ok=True)
-        (workdir / "config.json").write_text(config.to_json_best_effort(indent=2) + "\n")
-    return workdir, is_main
-
-
-def run(config, workdir: str | Path) -> dict:
-    """Pre-trains per ``config`` in ``workdir``; returns the last logged train/eval metrics.
-    Configs with a ``task`` section (configs/glue.py, squad.py, ner.py) fine-tune instead
-    (`bert_jax.finetuning.trainer.run`)."""
-    if "task" in config:
-        from bert_jax.finetuning.trainer import run as finetune
-
-        return finetune(config, workdir)
-    workdir, is_main = start_job(config, workdir)
-    model_cfg = model_config(config, vocab_size_of(config))
-    # Accumulation is a lax.scan inside train_step (one call = one optimizer step), not MultiSteps.
-    accumulation_steps = config.optimizer.accumulation_steps
-    tx, schedule = make_optimizer({**config.optimizer.to_dict(), "accumulation_steps": 1})
-    if config.batch_size % accumulation_steps:
-        raise ValueError(f"batch_size {config.batch_size} is not divisible by accumulation_steps {accumulation_steps}")
-    mesh = sh.make_mesh(tuple(config.mesh_shape))
-    rules = tuple(tuple(r) for r in config.sharding_rules)
-    shardings = ts.state_shardings(model_cfg, config.objective, tx, mesh, rules)
-    abstract = jax.eval_shape(functools.partial(ts.init_state, model_cfg, config.objective, tx, config.seed))
-    target = abstract_target(abstract, shardings)
-    data = make_input(config, "train", jax.process_index(), jax.process_count())
-
-    ckpt = Checkpointer(workdir, keep=config.keep_checkpoints)
+def _initial_state(config, steps: PretrainingSteps, ckpt: Checkpointer, data):
+    """The newest checkpoint in the workdir (exact resume, input position included), else
+    ``init_checkpoint`` (phase 2 continues phase 1's state on new data), else a fresh state."""
     if ckpt.latest_step() is not None:
-        state, meta = ckpt.restore(target)
+        state, meta = ckpt.restore(steps.layout.target())
         per_process = meta.get("data_per_process") or [meta["data"]]
         if len(per_process) != jax.process_count():
             raise ValueError(f"{ckpt.directory}: saved by {len(per_process)} processes, resumed by "
                              f"{jax.process_count()}; the input position cannot be carried over")
         data.restore(per_process[jax.process_index()])
         log.info("resumed from %s at step %d", ckpt.directory, int(state.step))
-    elif config.get("init_checkpoint"):  # e.g. phase 2 continues phase 1's state on new data
+        return state
+    if config.get("init_checkpoint"):
         source = Checkpointer(config.init_checkpoint)
-        state, _ = source.restore(target)
-        source.close()
+        try:
+            state, _ = source.restore(steps.layout.target())
+        finally:
+            source.close()
         log.info("initialised from %s at step %d", config.init_checkpoint, int(state.step))
-    else:
-        state = jax.jit(functools.partial(ts.init_state, model_cfg, config.objective, tx, config.seed),
-                        out_shardings=shardings)()
+        return state
+    return steps.layout.create(config.seed)
 
-    graphdef = ts.model_graphdef(model_cfg, config.objective)
-    batch_sh = sh.batch_sharding(mesh, rules)
-    train_fn = jax.jit(
-        functools.partial(ts.train_step, graphdef=graphdef, tx=tx, schedule=schedule,
-                          accumulation_steps=accumulation_steps),
-        in_shardings=(shardings, batch_sh, None), out_shardings=(shardings, None), donate_argnums=0)
-    eval_fn = jax.jit(functools.partial(ts.eval_step, graphdef=graphdef),
-                      in_shardings=(shardings, batch_sh), out_shardings=None)
-    eval_data = None
-    if config.eval_every and config.eval_steps:
-        d = config.data
-        if d.kind == "synthetic" or d.eval_input or d.eval_fraction:
-            eval_data = make_input(config, "eval", jax.process_index(), jax.process_count())
-        else:
-            log.warning("no held-out data (set config.data.eval_input to held-out shards): evaluation is off")
 
-    rng = jax.random.key(config.seed, impl=config.get("rng_impl", "threefry2x32"))
+def _eval_input(config):
+    if not (config.eval_every and config.eval_steps):
+        return None
+    d = config.data
+    if d.kind == "synthetic" or d.eval_input or d.eval_fraction:
+        return make_input(config, "eval", jax.process_index(), jax.process_count())
+    log.warning("no held-out data (set config.data.eval_input to held-out shards): evaluation is off")
+    return None
+
+
+def run(config, workdir: str | Path) -> dict:
+    """Pre-trains per ``config`` in ``workdir``; returns the last logged train/eval metrics."""
+    workdir, is_main = start_job(config, workdir)
+    model_cfg = model_config(config, vocab_size_of(config))
+    steps = build_steps(config, model_cfg, sh.make_mesh(tuple(config.mesh_shape)))
+    mesh, rules = steps.mesh, steps.rules
+    data = make_input(config, "train", jax.process_index(), jax.process_count())
+    eval_data = _eval_input(config)
+    ckpt = Checkpointer(workdir, keep=config.keep_checkpoints)
     writer = MetricWriter(workdir, enabled=is_main)
-    stop = {"signal": None}
-    previous = signal.signal(signal.SIGTERM, lambda signum, _: stop.update(signal=signum))
-    step, total = int(state.step), config.num_train_steps
-    progress = Progress(step, total, config.batch_size, enabled=is_main)
-    pending, last = [], {}
-
     place = unpadded(functools.partial(sh.global_batch, mesh=mesh, rules=rules), config, mesh, rules)
     prefetch = config.get("prefetch_batches", 0)
-    if prefetch:  # read, pack and place the next batches while the step runs
-        from bert_jax.training.prefetch import DevicePrefetch
-
-        batches = DevicePrefetch(data, place, prefetch)
-    else:
-        batches = map(place, data)
-
-    def save(step: int) -> None:
-        states = gather_data_states((batches if prefetch else data).state())
-        ckpt.save(step, state, {"data": states[0], "data_per_process": states, "step": step,
-                                "model": dataclasses.asdict(model_cfg)})
-
+    batches = None
+    last = {}
     try:
-        while step < total:
-            state, metrics = train_fn(state, next(batches), rng)
-            step += 1
-            pending.append(metrics)
-            progress.update(step)
-            due_ckpt = step % config.checkpoint_every == 0 or step == total or stop["signal"]
-            if step % config.log_every == 0 or due_ckpt:
-                rows = jax.device_get(pending)
-                pending = []
-                summary = _mean(rows)
-                if not np.isfinite(summary["loss"]):
-                    good = ckpt.latest_step()
-                    raise TrainingDivergedError(
-                        f"loss is {summary['loss']} at step {step}; stopping. The last good checkpoint "
-                        f"is {'step ' + str(good) if good is not None else 'none'} in {ckpt.directory}")
-                summary.update(progress.report(step, summary))
-                writer.write(step, summary, "train")
-                last["train"] = summary
+        state = _initial_state(config, steps, ckpt, data)
+        if prefetch:  # read, pack and place the next batches while the step runs
+            from bert_jax.training.prefetch import DevicePrefetch
+
+            batches = DevicePrefetch(data, place, prefetch)
+        total = config.num_train_steps
+
+        def meta(step: int) -> dict:
+            states = gather_data_states((batches if prefetch else data).state())
+            return {"data": states[0], "data_per_process": states, "step": step, "model": dataclasses.asdict(model_cfg)}
+
+        def after_step(state, step: int) -> None:
             if eval_data is not None and (step % config.eval_every == 0 or step == total):
-                last["eval"] = evaluate(eval_fn, state, eval_data, config.eval_steps, mesh, rules)
+                last["eval"] = evaluate(steps.eval_fn, state, eval_data, config.eval_steps, mesh, rules)
                 writer.write(step, last["eval"], "eval")
                 if is_main:
                     print(f"eval at step {step}: " + json.dumps({k: round(v, 4) for k, v in last["eval"].items()}),
                           flush=True)
-            if due_ckpt:
-                save(step)
-            if stop["signal"]:
-                log.warning("SIGTERM received: saved a checkpoint at step %d; exiting", step)
-                break
+
+        result = train_loop(
+            state, steps.train_fn, batches if prefetch else map(place, data),
+            jax.random.key(config.seed, impl=config.get("rng_impl", "threefry2x32")), total=total, ckpt=ckpt,
+            writer=writer, progress=Progress(int(state.step), total, config.batch_size, enabled=is_main),
+            log_every=config.log_every, checkpoint_every=config.checkpoint_every, meta=meta, after_step=after_step)
+        if result.train:
+            last["train"] = result.train
     finally:
-        if prefetch:
+        if batches is not None:
             batches.close()
-        signal.signal(signal.SIGTERM, previous)
-        progress.close()
         ckpt.close()
         writer.close()
-    return last
+    return {k: last[k] for k in ("train", "eval") if k in last}

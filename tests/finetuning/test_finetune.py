@@ -3,6 +3,7 @@ restoring the encoder from a pre-training workdir and from ``hf:``; every fine-t
 
 from __future__ import annotations
 
+import functools
 import json
 
 import jax
@@ -10,12 +11,14 @@ import numpy as np
 import pytest
 from flax import nnx, traverse_util
 
+from bert_jax import launch
 from bert_jax.finetuning import steps as fs
 from bert_jax.finetuning.warm_start import open_init_checkpoint
 from bert_jax.model.config import BertConfig
-from bert_jax.training import trainer
+from bert_jax.training import sharding as sh
 from bert_jax.training.checkpoints import read_params
 from bert_jax.training.metric_writer import read_metrics
+from bert_jax.training.state import state_layout
 from tests.input_pipeline.tasks.test_glue import write_glue
 from tests.input_pipeline.tasks.test_ner import VALID
 from tests.input_pipeline.tasks.test_squad import _dataset
@@ -43,7 +46,7 @@ def conll(tmp_path_factory):
 def test_ner_end_to_end_and_resume(conll, minilm_dir, tmp_path):
     c = small(load_config("ner", "runlocal"), minilm_dir / "vocab.txt")
     c.task.source = str(conll)
-    results = trainer.run(c, tmp_path)
+    results = launch.run(c, tmp_path)
     assert results["task"] == "conll2003" and results["init_checkpoint"] == "scratch"
     for split in ("dev", "test"):
         m = results["per_seed"][0][split]
@@ -70,7 +73,7 @@ def test_ner_preempted_run_resumes_exactly(conll, minilm_dir, tmp_path, monkeypa
         c.model.update(hidden_dropout_prob=0.1)  # dropout keys must line up too
         return c
 
-    trainer.run(config(), tmp_path / "straight")
+    launch.run(config(), tmp_path / "straight")
     original = finetune.train_batch
 
     def preempt(features, step, *args):
@@ -79,10 +82,10 @@ def test_ner_preempted_run_resumes_exactly(conll, minilm_dir, tmp_path, monkeypa
         return original(features, step, *args)
 
     monkeypatch.setattr(finetune, "train_batch", preempt)
-    assert trainer.run(config(), tmp_path / "resumed") == {"interrupted_at_step": 5}
+    assert launch.run(config(), tmp_path / "resumed") == {"interrupted_at_step": 5}
     monkeypatch.setattr(finetune, "train_batch", original)
     assert not (tmp_path / "resumed" / "results.json").exists()
-    trainer.run(config(), tmp_path / "resumed")
+    launch.run(config(), tmp_path / "resumed")
     a, _ = read_params(tmp_path / "straight")
     b, _ = read_params(tmp_path / "resumed")
     for k in a:
@@ -102,7 +105,7 @@ def test_mnli_two_seeds_predictions_and_ax(glue_dir, minilm_dir, tmp_path):
     c.task.source = str(glue_dir)
     c.seeds = 2
     c.predict_splits = ("test_matched", "ax")
-    results = trainer.run(c, tmp_path)
+    results = launch.run(c, tmp_path)
     assert results["seeds"] == [0, 1] and len(results["per_seed"]) == 2
     for split in ("dev_matched", "dev_mismatched"):
         s = results["summary"][split]["accuracy"]
@@ -131,11 +134,11 @@ def test_stsb_regression_from_pretraining_workdir(glue_dir, tmp_path):
     vocab.write_text("\n".join(tokens) + "\n")
     pc = tiny_config(steps=2)
     pc.model.update(vocab_size=len(tokens), max_position_embeddings=128)
-    trainer.run(pc, pre)
+    launch.run(pc, pre)
     c = small(load_config("glue", "task=stsb,runlocal"), vocab, steps=3)
     c.task.source = str(glue_dir)
     c.init_checkpoint = str(pre)
-    results = trainer.run(c, tmp_path / "ft")
+    results = launch.run(c, tmp_path / "ft")
     m = results["per_seed"][0]["dev"]
     assert {"pearson", "spearman", "score", "loss"} <= set(m)
     lines = (tmp_path / "ft" / "predictions" / "dev_STS-B.tsv").read_text().splitlines()
@@ -157,7 +160,7 @@ def test_squad_end_to_end(version, minilm_dir, tmp_path):
     (data / f"dev-v{version}.json").write_text(json.dumps(_dataset(version, malformed=False)))
     c = small(load_config("squad", f"version={version},runlocal"), minilm_dir / "vocab.txt", steps=4)
     c.task.source = str(data)
-    results = trainer.run(c, tmp_path / "w")
+    results = launch.run(c, tmp_path / "w")
     m = results["per_seed"][0]["dev"]
     preds = json.loads((tmp_path / "w" / "predictions" / "predictions.json").read_text())
     if version == "2.0":
@@ -173,7 +176,7 @@ def test_squad_end_to_end(version, minilm_dir, tmp_path):
 def pretrain_workdir(tmp_path_factory):
     """Two steps of tiny pre-training (synthetic batches, vocabulary of 101 tokens)."""
     workdir = tmp_path_factory.mktemp("pretrain")
-    trainer.run(tiny_config(steps=2), workdir)
+    launch.run(tiny_config(steps=2), workdir)
     return workdir
 
 
@@ -227,7 +230,7 @@ def test_ner_from_hf_checkpoint(conll, minilm_dir, tmp_path):
     c.task.source = str(conll)
     c.init_checkpoint = f"hf:{minilm_dir}"
     c.max_eval_examples = 2
-    results = trainer.run(c, tmp_path)
+    results = launch.run(c, tmp_path)
     assert results["init_checkpoint"].startswith("hf:")
     cfg = json.loads((tmp_path / "config.json").read_text())
     assert cfg["init_checkpoint"] == f"hf:{minilm_dir}"
@@ -246,9 +249,10 @@ def test_configs_build_abstractly(name, arg):
     c = load_config(name, arg)
     task = make_task({**c.task.to_dict(), "source": c.task.source or "tfds"})
     cfg = BertConfig.from_size(c.model.size)
-    _, params = fs.abstract_model(cfg, task.kind, task.num_labels)
     tx, _ = _optimizer(c, 1000)
-    state = jax.eval_shape(lambda p: fs.new_state(p, tx), params.to_pure_dict())
+    mesh = sh.make_mesh((1, 1, 1), jax.devices()[:1])
+    make_model = functools.partial(fs.make_model, cfg, task.kind, task.num_labels)
+    state = state_layout(make_model, tx, mesh, c.sharding_rules).abstract
     n = sum(x.size for x in jax.tree.leaves(state.params))
     assert n > (300e6 if c.model.size == "large" else 100e6)
 

@@ -12,6 +12,7 @@ from jax.sharding import PartitionSpec as P
 from bert_jax.model.config import BertConfig
 from bert_jax.training import sharding as sh
 from bert_jax.training import train_step as ts
+from bert_jax.training.state import state_layout
 
 RULES = (("batch", ("data", "fsdp")), ("vocab", "tensor"), ("embed", "fsdp"), ("heads", "tensor"),
          ("mlp", "tensor"), ("kv", None), ("layers", None), ("length", None))
@@ -38,8 +39,8 @@ def one_step(mesh_shape, accumulation_steps=1, batch=None):
     # SGD + momentum: updates are linear in the gradients (Adam's first step is ~lr * sign(grad),
     # which turns reduction-order noise on near-zero gradients into whole-step differences).
     tx = optax.sgd(0.1, momentum=0.9)
-    state, shardings = ts.create_state(CFG, "nsp", tx, 0, mesh, RULES)
-    graphdef = ts.model_graphdef(CFG, "nsp")
+    layout = state_layout(ts.pretraining_model(CFG, "nsp"), tx, mesh, RULES)
+    state, shardings, graphdef = layout.create(0), layout.shardings, layout.graphdef
     step = jax.jit(
         functools.partial(ts.train_step, graphdef=graphdef, tx=tx, schedule=lambda s: 1e-3,
                           accumulation_steps=accumulation_steps),

@@ -12,6 +12,7 @@ import pytest
 
 from bert_jax.training import trainer
 from bert_jax.training.checkpoints import read_params
+from bert_jax.training.loop import TrainingDivergedError
 from bert_jax.training.metric_writer import read_metrics
 
 ROOT = Path(__file__).parents[2]
@@ -95,7 +96,7 @@ def test_nan_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
         return batch
 
     monkeypatch.setattr(SyntheticBatches, "__next__", poisoned)
-    with pytest.raises(trainer.TrainingDivergedError, match=r"loss is nan at step 6.*last good checkpoint is step 3"):
+    with pytest.raises(TrainingDivergedError, match=r"loss is nan at step 6.*last good checkpoint is step 3"):
         trainer.run(tiny_config(eval_every=0), tmp_path)
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit()) == ["3"]
 
@@ -121,15 +122,13 @@ def test_sigterm_saves_and_exits(tmp_path, monkeypatch):
 
 def test_every_config_builds_abstractly():
     """Each shipped pre-training configuration builds its model and optimizer state abstractly."""
-    from bert_jax.training import train_step as ts
-    from bert_jax.training.optim import make_optimizer
+    from bert_jax.training import sharding as sh
 
+    mesh = sh.make_mesh((1, 1, 1), jax.devices()[:1])
     for arg in ("size=base", "size=large,phase=2", "size=tiny,runlocal", "size=base,objective=sop",
                 "size=small,objective=none,masking=dynamic"):
         c = load_config("pretrain", arg)
-        cfg = trainer.model_config(c, 30522)
-        tx, _ = make_optimizer(c.optimizer)
-        abstract = jax.eval_shape(lambda cfg=cfg, c=c, tx=tx: ts.init_state(cfg, c.objective, tx, 0))
+        abstract = trainer.build_steps(c, trainer.model_config(c, 30522), mesh).layout.abstract
         assert abstract.params["bert"]["embeddings"]["word_embeddings"]["embedding"].shape[0] == 30522
     with pytest.raises(ValueError, match="phase=3"):
         load_config("pretrain", "phase=3")
