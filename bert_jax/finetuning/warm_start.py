@@ -22,7 +22,7 @@ from pathlib import Path
 
 from flax import nnx
 
-from bert_jax.interop import convert, pretrained
+from bert_jax.interop import pretrained
 from bert_jax.model.config import BertConfig
 from bert_jax.training.checkpoints import Checkpointer, restore_params
 from input_pipeline.package_data import resolve
@@ -100,13 +100,6 @@ def open_init_checkpoint(spec: str) -> WarmStart:
     ckpt = pretrained.read_checkpoint(f"{kind}:{path}")
     vocab = str(ckpt.vocab_file) if ckpt.vocab_file else None
 
-    def load(model: nnx.Module) -> list[str]:
-        if ckpt.source == "orbax":
-            pretrained._restore_orbax_into(model, ckpt.path / "params", only="bert")
-            state = nnx.state(model, nnx.Param).to_pure_dict()
-            return [k for k in state if k != "bert"]
-        allow = () if ckpt.heads["pooler"] else ("bert/pooler",)
-        return convert.load_tensors(model, ckpt.tensors, ckpt.config, source=ckpt.source, only="bert",
-                                    allow_missing=allow, where=str(ckpt.path))
-
-    return WarmStart(spec, ckpt.config, vocab, ckpt.heads["pooler"], load)
+    allow = () if ckpt.heads["pooler"] else ("bert/pooler",)
+    return WarmStart(spec, ckpt.config, vocab, ckpt.heads["pooler"],
+                     lambda model: pretrained.load_into(ckpt, model, only="bert", allow_missing=allow))

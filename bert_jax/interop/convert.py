@@ -6,7 +6,7 @@ name, its Google TF name, and how the array is laid out (``kind``). Nothing is m
 
     cfg, tensors = read_checkpoint("hf:/path/to/bert")       # or "tf:/path/bert_model.ckpt"
     model = build_for_checkpoint(cfg, tensors)                 # an encoder (+ heads it carries)
-    load_tensors(model, tensors, cfg, source="hf")             # strict: missing/extra/shape errors
+    load_tensors(model, tensors, cfg, source="hf")             # strict (model.weights.load_params)
     export_hf(model, cfg, "/tmp/out")                          # config.json + model.safetensors
 """
 
@@ -19,6 +19,7 @@ import numpy as np
 from flax import nnx, traverse_util
 
 from bert_jax.model.config import BertConfig
+from bert_jax.model.weights import load_params
 
 # (our path under the layer stack, HF suffix, TF suffix, kind)
 _LAYER_ROWS = [
@@ -73,10 +74,6 @@ _HF_CONFIG_KEYS = {
     "attention_probs_dropout_prob": "attention_dropout_prob", "layer_norm_eps": "layer_norm_eps",
     "initializer_range": "initializer_range",
 }
-
-
-class CheckpointMismatchError(ValueError):
-    """A checkpoint's tensors do not fit the model: lists every missing, extra or misshapen name."""
 
 
 def name_table(cfg: BertConfig) -> list[tuple[str, int | None, str, str, str]]:
@@ -160,6 +157,39 @@ def _ignored(name: str) -> bool:
     return name.endswith(_IGNORED_SUFFIXES)
 
 
+def to_our_names(tensors: dict[str, np.ndarray], cfg: BertConfig, *, source: str,
+                 only: str | None = None) -> tuple[dict[str, np.ndarray], list[str], dict[str, str]]:
+    """A checkpoint's tensors in our layout and names (per-layer tensors stacked on the layer axis).
+
+    Returns ``(params, unmatched, names)``: ``params`` maps our full paths to arrays (only where
+    every tensor of a parameter is present), ``unmatched`` lists the checkpoint's names that belong
+    to no parameter (within ``only``, when given), and ``names`` gives each path's name(s) in the
+    checkpoint, for error messages (the absent ones when only some layers are there).
+    """
+    col = 2 if source == "hf" else 3
+    rows: dict[str, list] = {}
+    for row in name_table(cfg):
+        rows.setdefault(row[0], []).append(row)
+    params, names, used = {}, {}, set()
+    for path, table in rows.items():
+        wanted = [r[col] for r in table]
+        absent = [n for n in wanted if n not in tensors]
+        used.update(n for n in wanted if n in tensors)
+        if absent:
+            names[path] = ", ".join(absent)
+            continue
+        parts = [to_ours(r[4], source, np.asarray(tensors[r[col]]), cfg) for r in table]
+        layered = table[0][1] is not None
+        names[path] = f"{wanted[0]} (stacked over {len(wanted)} layers)" if layered else wanted[0]
+        params[path] = np.stack(parts) if layered else parts[0]
+    sep = "." if source == "hf" else "/"
+    mapped = {r[col]: r[0] for r in name_table(cfg)}  # checkpoint name -> our full path
+    in_scope = (lambda n: True) if not only else (
+        lambda n: mapped[n].startswith(only) if n in mapped else n.startswith("bert" + sep))
+    unmatched = sorted(n for n in tensors if n not in used and not _ignored(n) and in_scope(n))
+    return params, unmatched, names
+
+
 def load_tensors(model: nnx.Module, tensors: dict[str, np.ndarray], cfg: BertConfig, *, source: str,
                  allow_missing: tuple[str, ...] = (), only: str | None = None,
                  where: str = "checkpoint") -> list[str]:
@@ -168,62 +198,11 @@ def load_tensors(model: nnx.Module, tensors: dict[str, np.ndarray], cfg: BertCon
     ``only="bert"`` loads just the encoder (heads keep their initial values and the checkpoint's
     heads are ignored). ``allow_missing`` names path prefixes (e.g. ``("classifier",)``) that may be
     absent from the checkpoint (new heads). Anything else that is missing, extra or misshapen raises
-    `CheckpointMismatchError` listing every offending name.
+    `CheckpointMismatchError` (from `bert_jax.model.weights.load_params`) listing every name.
     """
-    state = nnx.state(model, nnx.Param)
-    ours = traverse_util.flatten_dict(state.to_pure_dict(), sep="/")
-    prefix = "" if "bert/embeddings/word_embeddings/embedding" in ours else "bert/"  # bare encoder
-    col = 2 if source == "hf" else 3
-    rows: dict[str, list] = {}
-    for row in name_table(cfg):
-        rows.setdefault(row[0], []).append(row)
-    new, used, missing, bad_shape, untouched = {}, set(), [], [], []
-    for path, value in ours.items():
-        full = prefix + path
-        if only and not full.startswith(only):
-            untouched.append(path)
-            continue
-        table = rows.get(full)
-        if table is None:
-            raise CheckpointMismatchError(f"parameter {path!r} has no entry in the name table")
-        names = [r[col] for r in table]
-        absent = [n for n in names if n not in tensors]
-        used.update(n for n in names if n in tensors)
-        if absent:
-            if any(full.startswith(p) for p in allow_missing):
-                untouched.append(path)
-            else:
-                missing += absent
-            continue
-        parts = [to_ours(r[4], source, np.asarray(tensors[r[col]]), cfg) for r in table]
-        arr = np.stack(parts) if table[0][1] is not None else parts[0]
-        if arr.shape != tuple(value.shape):
-            bad_shape.append(f"{names[0]}{' (per layer)' if len(names) > 1 else ''}: checkpoint "
-                             f"{parts[0].shape} vs model {tuple(value.shape)[1 if len(names) > 1 else 0:]}")
-            continue
-        new[path] = arr.astype(value.dtype)
-    sep = "." if source == "hf" else "/"
-    mapped = {r[col]: r[0] for r in name_table(cfg)}  # checkpoint name → our full path
-
-    def in_scope(name: str) -> bool:  # with only=..., tensors outside that part are ignored
-        if not only:
-            return True
-        return mapped[name].startswith(only) if name in mapped else name.startswith("bert" + sep)
-
-    extra = sorted(n for n in tensors if n not in used and not _ignored(n) and in_scope(n))
-    problems = []
-    if missing:
-        problems.append(f"missing from {where}: {', '.join(sorted(missing))}")
-    if extra:
-        problems.append(f"in {where} but not in the model: {', '.join(extra)}")
-    if bad_shape:
-        problems.append("shape mismatch: " + "; ".join(bad_shape))
-    if problems:
-        raise CheckpointMismatchError(" | ".join(problems))
-    flat = {**ours, **new}
-    nnx.replace_by_pure_dict(state, traverse_util.unflatten_dict(flat, sep="/"))
-    nnx.update(model, state)
-    return untouched
+    params, unmatched, names = to_our_names(tensors, cfg, source=source, only=only)
+    return load_params(model, params, where=where, only=only, allow_missing=allow_missing, unmatched=unmatched,
+                       names=names)
 
 
 def export_hf(model: nnx.Module, cfg: BertConfig, out_dir: str | Path) -> Path:

@@ -15,14 +15,15 @@ import dataclasses
 import json
 from pathlib import Path
 
-import jax
 import numpy as np
-from flax import nnx, traverse_util
+from flax import nnx
 
 from bert_jax.interop import convert
 from bert_jax.model.config import BertConfig
 from bert_jax.model.encoder import BertEncoder
 from bert_jax.model.models import BertForPreTraining, create
+from bert_jax.model.weights import load_params
+from bert_jax.training.checkpoints import read_tree
 
 
 @dataclasses.dataclass
@@ -133,12 +134,19 @@ def build_model(ckpt: Checkpoint, *, with_heads: bool = True, seed: int = 0,
         model = create(BertForPreTraining, cfg, seed=seed, objective=objective)
     else:
         model = create(BertEncoder, cfg, seed=seed)
-    if ckpt.source == "orbax":
-        _restore_orbax_into(model, ckpt.path / "params", only=None if with_heads else "bert")
-    else:
-        only = None if with_heads else "bert"
-        convert.load_tensors(model, ckpt.tensors, cfg, source=ckpt.source, only=only, where=str(ckpt.path))
+    load_into(ckpt, model, only=None if with_heads else "bert")
     return model
+
+
+def load_into(ckpt: Checkpoint, model: nnx.Module, *, only: str | None = None,
+              allow_missing: tuple[str, ...] = ()) -> list[str]:
+    """Copies the checkpoint's weights into ``model`` in place (strict, see
+    `bert_jax.model.weights.load_params`); returns the paths left as initialised."""
+    if ckpt.source == "orbax":
+        return load_params(model, read_tree(ckpt.path / "params"), where=str(ckpt.path / "params"), only=only,
+                           allow_missing=allow_missing)
+    return convert.load_tensors(model, ckpt.tensors, ckpt.config, source=ckpt.source, only=only,
+                                allow_missing=allow_missing, where=str(ckpt.path))
 
 
 def save_orbax(model: nnx.Module, cfg: BertConfig, directory: str | Path, *, vocab_file=None) -> Path:
@@ -156,34 +164,3 @@ def save_orbax(model: nnx.Module, cfg: BertConfig, directory: str | Path, *, voc
     if vocab_file is not None:
         (d / "vocab.txt").write_bytes(Path(vocab_file).read_bytes())
     return d
-
-
-def _restore_orbax_into(model: nnx.Module, path: Path, *, only: str | None) -> None:
-    """Restores the stored tree (shapes from its own metadata), then checks it against the model."""
-    import orbax.checkpoint as ocp
-
-    state = nnx.state(model, nnx.Param)
-    ours = traverse_util.flatten_dict(state.to_pure_dict(), sep="/")
-    with ocp.StandardCheckpointer() as ckptr:
-        tree = ckptr.metadata(path).item_metadata.tree
-        target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), tree)
-        stored = traverse_util.flatten_dict(ckptr.restore(path, target), sep="/")
-    if "bert/embeddings/word_embeddings/embedding" not in ours:  # a bare encoder: take "bert/..."
-        if "bert/embeddings/word_embeddings/embedding" in stored:
-            stored = {k[5:]: v for k, v in stored.items() if k.startswith("bert/")}
-    wanted = {k for k in ours if not only or ("bert/" + k if "bert/embeddings/word_embeddings/embedding"
-                                              not in ours else k).startswith(only)}
-    if only:
-        stored = {k: v for k, v in stored.items() if k in wanted or k.startswith(only)}
-    missing = sorted(wanted - set(stored))
-    extra = sorted(set(stored) - set(ours))
-    bad = [f"{k}: checkpoint {tuple(stored[k].shape)} vs model {tuple(ours[k].shape)}"
-           for k in sorted(wanted & set(stored)) if tuple(stored[k].shape) != tuple(ours[k].shape)]
-    problems = [f"missing from {path}: {', '.join(missing)}"] if missing else []
-    problems += [f"in {path} but not in the model: {', '.join(extra)}"] if extra else []
-    problems += ["shape mismatch: " + "; ".join(bad)] if bad else []
-    if problems:
-        raise convert.CheckpointMismatchError(" | ".join(problems))
-    flat = {**ours, **{k: np.asarray(stored[k]).astype(ours[k].dtype) for k in wanted}}
-    nnx.replace_by_pure_dict(state, traverse_util.unflatten_dict(flat, sep="/"))
-    nnx.update(model, state)

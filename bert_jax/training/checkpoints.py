@@ -20,6 +20,8 @@ import orbax.checkpoint as ocp
 from etils import epath
 from flax import nnx, traverse_util
 
+from bert_jax.model.weights import load_params
+
 log = logging.getLogger(__name__)
 
 
@@ -78,6 +80,15 @@ class Checkpointer:
         self.manager.close()
 
 
+def read_tree(item: str | Path) -> dict[str, np.ndarray]:
+    """An Orbax item restored on the host with the shapes and dtypes of its own metadata, flat
+    (``{"a/b/c": np.ndarray}``)."""
+    with ocp.StandardCheckpointer() as ckptr:
+        tree = ckptr.metadata(item).item_metadata.tree
+        restored = ckptr.restore(item, jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), tree))
+    return {k: np.asarray(v) for k, v in traverse_util.flatten_dict(restored, sep="/").items()}
+
+
 def read_params(path: str | Path) -> tuple[dict, epath.Path]:
     """The parameters of a training checkpoint, as a flat ``{"a/b/c": np.ndarray}`` dict.
 
@@ -93,31 +104,16 @@ def read_params(path: str | Path) -> tuple[dict, epath.Path]:
         if not steps:
             raise FileNotFoundError(f"{path}: no Orbax training checkpoint (expected checkpoints/<step>/state)")
         path = path / str(steps[0])
-    with ocp.StandardCheckpointer() as ckptr:
-        tree = ckptr.metadata(path / "state").item_metadata.tree
-        restored = ckptr.restore(path / "state", jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), tree))
-    params = restored["params"] if isinstance(restored, dict) else restored.params
-    return {k: np.asarray(v) for k, v in traverse_util.flatten_dict(params, sep="/").items()}, path
+    state = read_tree(path / "state")
+    return {k[len("params/"):]: v for k, v in state.items() if k.startswith("params/")}, path
 
 
 def restore_params(path: str | Path, target: nnx.Module, *, only: str | None = "bert") -> list[str]:
     """Loads a pre-training checkpoint's parameters into a (differently-headed) model in place.
 
     ``only="bert"`` restores the encoder and leaves the heads as initialised (fine-tuning);
-    ``only=None`` restores everything. Returns the parameter paths left untouched. A missing
-    parameter or a shape mismatch raises ValueError naming each one.
+    ``only=None`` restores everything. Returns the parameter paths left untouched. Anything missing,
+    extra or misshapen raises `CheckpointMismatchError` naming each one.
     """
     stored, where = read_params(path)
-    state = nnx.state(target, nnx.Param)
-    ours = traverse_util.flatten_dict(state.to_pure_dict(), sep="/")
-    wanted = [k for k in ours if only is None or k.startswith(only + "/")]
-    missing = [k for k in wanted if k not in stored]
-    bad = [f"{k}: checkpoint {stored[k].shape} vs model {tuple(ours[k].shape)}"
-           for k in wanted if k in stored and stored[k].shape != tuple(ours[k].shape)]
-    if missing or bad:
-        raise ValueError(f"{where}: cannot restore into {type(target).__name__}: "
-                         + "; ".join(([f"missing {', '.join(missing)}"] if missing else []) + bad))
-    flat = {**ours, **{k: stored[k].astype(ours[k].dtype) for k in wanted}}
-    nnx.replace_by_pure_dict(state, traverse_util.unflatten_dict(flat, sep="/"))
-    nnx.update(target, state)
-    return [k for k in ours if k not in wanted]
+    return load_params(target, stored, where=str(where), only=only)

@@ -13,6 +13,7 @@ from bert_jax.interop import convert, pretrained
 from bert_jax.model.config import BertConfig
 from bert_jax.model.encoder import BertEncoder
 from bert_jax.model.models import BertClassifier, BertForPreTraining, create
+from bert_jax.model.weights import CheckpointMismatchError
 
 TINY = BertConfig.from_size("tiny", vocab_size=64, max_position_embeddings=16, num_heads=4)
 
@@ -143,8 +144,8 @@ def test_orbax_round_trip_and_encoder_only_restore(tmp_path):
     assert_same_params(model.bert, encoder)
     # A checkpoint that does not fit the model names the offending parameters.
     other = create(BertForPreTraining, BertConfig.from_size("tiny", vocab_size=64, max_position_embeddings=32))
-    with pytest.raises(convert.CheckpointMismatchError, match="position_embeddings.*checkpoint \\(16, 128\\)"):
-        pretrained._restore_orbax_into(other, tmp_path / "ck" / "params", only=None)
+    with pytest.raises(CheckpointMismatchError, match="position_embeddings.*checkpoint \\(16, 128\\)"):
+        pretrained.load_into(ckpt, other)
 
 
 def test_fine_tuning_restores_encoder_only(tmp_path):
@@ -154,7 +155,7 @@ def test_fine_tuning_restores_encoder_only(tmp_path):
     clf = create(BertClassifier, TINY, 3, seed=9)
     head_before = np.asarray(params_of(clf)["classifier/dense/kernel"])
     # Strict by default: the classifier head is not in a pre-training checkpoint.
-    with pytest.raises(convert.CheckpointMismatchError, match="missing from .*classifier.weight"):
+    with pytest.raises(CheckpointMismatchError, match="missing from .*classifier.weight"):
         convert.load_tensors(clf, ckpt.tensors, TINY, source="hf")
     untouched = convert.load_tensors(clf, ckpt.tensors, TINY, source="hf", only="bert")
     assert untouched == ["classifier/dense/bias", "classifier/dense/kernel"]
@@ -183,7 +184,7 @@ def test_missing_extra_and_misshapen_tensors_are_listed(tiny_hf):
     edit_checkpoint(tiny_hf, lambda t: {k: v for k, v in t.items() if "layer.1.output.dense" not in k}
                     | {"bert.encoder.layer.7.output.dense.weight": np.zeros((2, 2), np.float32)})
     ckpt = pretrained.read_checkpoint(f"hf:{tiny_hf}")
-    with pytest.raises(convert.CheckpointMismatchError) as e:
+    with pytest.raises(CheckpointMismatchError) as e:
         pretrained.build_model(ckpt)
     msg = str(e.value)
     assert "missing from" in msg and "bert.encoder.layer.1.output.dense.weight" in msg
@@ -193,7 +194,7 @@ def test_missing_extra_and_misshapen_tensors_are_listed(tiny_hf):
 
 def test_shape_mismatch_is_named(tiny_hf):
     edit_checkpoint(tiny_hf, lambda t: t | {"cls.predictions.bias": np.zeros((65,), np.float32)})
-    with pytest.raises(convert.CheckpointMismatchError, match=r"cls.predictions.bias: checkpoint \(65,\)"):
+    with pytest.raises(CheckpointMismatchError, match=r"cls.predictions.bias: checkpoint \(65,\)"):
         pretrained.build_model(pretrained.read_checkpoint(f"hf:{tiny_hf}"))
 
 
