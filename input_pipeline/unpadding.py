@@ -1,7 +1,7 @@
 """Where the real tokens are: the host side of unpadded training steps (``config.unpad_multiple``).
 
 A padded batch spends the transformer blocks' projections and feed-forward on padding. With
-``token_index`` the encoder (`bert_jax.model.encoder.Unpadding`) runs them on the real tokens only:
+``token_index`` the encoder (`bert_jax.model.token_layout.Unpadded`) runs them on the real tokens only:
 
     batch = with_token_index(batch, shards=2, multiple=64)
     batch["token_index"]  # [shards, tokens] int32

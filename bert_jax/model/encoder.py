@@ -3,7 +3,7 @@
 The blocks' parameters are stacked along a leading ``layers`` axis (built with ``nnx.vmap``), so the
 stack runs either as one ``jax.lax.scan`` (fast compile, constant program size) or unrolled; both
 read the same parameters, and both can rematerialise each block under a ``jax.checkpoint`` policy.
-Given ``token_index`` the blocks run on the real tokens only (`Unpadding`).
+Given ``token_index`` the blocks run on the real tokens only (`bert_jax.model.token_layout`).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from flax import nnx
 from bert_jax.model import axes
 from bert_jax.model.config import BertConfig
 from bert_jax.model.layers import Embeddings, TransformerBlock, dense
+from bert_jax.model.token_layout import PADDED, Unpadded
 
 
 class EncoderOutput(NamedTuple):
@@ -44,37 +45,6 @@ def packed_positions(example_ids: jax.Array) -> jax.Array:
     previous = jnp.pad(example_ids[:, :-1], ((0, 0), (1, 0)), constant_values=-1)  # [batch, length]
     start = jax.lax.cummax(jnp.where(example_ids != previous, pos, 0), axis=1)  # [batch, length]
     return pos - start
-
-
-class Unpadding(NamedTuple):
-    """The transformer blocks' dense work on the real tokens only (``config.unpad_multiple``).
-
-    ``index`` [shards, tokens] int32: for each batch shard (the rows one data-parallel device holds),
-    the flat positions (row · length + column within the shard's rows) of its real tokens, in order,
-    then any value >= rows · length as filler (input_pipeline/unpadding.py builds it on the host). The
-    projections, feed-forward, LayerNorms and dropout run on [shards, tokens, ...]; attention puts
-    queries, keys and values back in their [batch, length] places (zeros at padding) and applies the
-    usual mask, so every real token's output is what the padded computation gives it.
-    """
-
-    index: jax.Array  # [shards, tokens] int32
-    batch: int
-    length: int
-
-    def unpad(self, x: jax.Array) -> jax.Array:
-        """[batch, length, ...] → [shards, tokens, ...] (zeros at the filler entries)."""
-        shards = self.index.shape[0]
-        flat = x.reshape(shards, -1, *x.shape[2:])  # [shards, rows·length, ...]
-        index = self.index.reshape(*self.index.shape, *(1,) * (x.ndim - 2))  # [shards, tokens, 1...]
-        return jnp.take_along_axis(flat, index, axis=1, mode="fill", fill_value=0)
-
-    def pad(self, x: jax.Array) -> jax.Array:
-        """[shards, tokens, ...] → [batch, length, ...] with zeros at the padding positions."""
-        shards, tail = self.index.shape[0], x.shape[2:]
-        out = jnp.zeros((shards, self.batch * self.length // shards, *tail), x.dtype)  # [shards, rows·length, ...]
-        rows = jnp.arange(shards)[:, None]  # [shards, 1]
-        out = out.at[rows, self.index].set(x, mode="drop", unique_indices=True)
-        return out.reshape(self.batch, self.length, *tail)
 
 
 def remat_policy(name: str):
@@ -122,8 +92,9 @@ class BertEncoder(nnx.Module):
         output_attentions: bool = False,
         token_index: jax.Array | None = None,
     ) -> EncoderOutput:
-        """``token_index`` [shards, tokens]: run the blocks on those real tokens only (`Unpadding`);
-        the outputs at real positions are the same, padding positions come out as zeros."""
+        """``token_index`` [shards, tokens]: run the blocks on those real tokens only
+        (`token_layout.Unpadded`); the outputs at real positions are the same, padding positions
+        come out as zeros."""
         # input_ids, input_mask, segment_ids: [batch, length] int32
         cfg = self.cfg
         if input_ids.shape[-1] > cfg.max_position_embeddings:
@@ -138,12 +109,12 @@ class BertEncoder(nnx.Module):
             input_ids, segment_ids, position_ids, deterministic=deterministic, rngs=rngs
         )  # [batch, length, embed]
         embedding_output = x
-        unpad = None
+        layout = PADDED
         if token_index is not None:
             if output_hidden_states or output_attentions:
                 raise ValueError("token_index (unpadded blocks) does not go with output_hidden_states/attentions")
-            unpad = Unpadding(token_index, *input_ids.shape)
-            x = unpad.unpad(x)  # [shards, tokens, embed]
+            layout = Unpadded(token_index, *input_ids.shape)
+        x = layout.to_tokens(x)  # [*tokens, embed]: [batch, length] padded, [shards, tokens] unpadded
 
         graphdef, stacked = nnx.split(self.layers)
         keys = None if deterministic else jax.random.split(rngs.dropout(), cfg.num_layers)
@@ -152,8 +123,7 @@ class BertEncoder(nnx.Module):
             block = nnx.merge(graphdef, params)
             layer_rngs = None if key is None else nnx.Rngs(dropout=key)
             return block(
-                h, mask, deterministic=deterministic, rngs=layer_rngs, return_probs=output_attentions,
-                unpad=unpad)
+                h, mask, layout, deterministic=deterministic, rngs=layer_rngs, return_probs=output_attentions)
 
         policy = remat_policy(cfg.remat_policy)
         if policy is not None:
@@ -174,8 +144,7 @@ class BertEncoder(nnx.Module):
                 outs.append(out)
             hiddens, probs = jax.tree.map(lambda *a: jnp.stack(a), *outs) if outs else (None, None)
 
-        if unpad is not None:
-            x = unpad.pad(x)  # [batch, length, embed]
+        x = layout.to_rows(x)  # [batch, length, embed]
         hidden_states = None
         if output_hidden_states:
             # [layers + 1, batch, length, embed]

@@ -16,6 +16,7 @@ from flax import nnx
 
 from bert_jax.model import axes
 from bert_jax.model.config import BertConfig
+from bert_jax.model.token_layout import PADDED, TokenLayout
 
 ACTIVATIONS = {
     "gelu": lambda x: jax.nn.gelu(x, approximate=False),  # the paper's exact erf form
@@ -118,16 +119,15 @@ class SelfAttention(nnx.Module):
         )
         self.dropout = nnx.Dropout(cfg.attention_dropout_prob)
 
-    def __call__(self, x, mask, *, deterministic=True, rngs=None, return_probs=False, unpad=None):
-        # x: [batch, length, embed], or [shards, tokens, embed] with ``unpad`` (encoder.Unpadding):
-        # projections on the real tokens, attention in [batch, length] places.
+    def __call__(self, x, mask, layout: TokenLayout = PADDED, *, deterministic=True, rngs=None,
+                 return_probs=False):
+        # x: [*tokens, embed] in ``layout`` ([batch, length] padded, [shards, tokens] unpadded):
+        # projections on those tokens, attention in [batch, length] places.
         # mask: bool [batch, 1, length | 1, length], True = attend.
         cfg = self.cfg
-        q = self.query(x)  # [batch, length, heads, kv]
-        k = self.key(x)  # [batch, length, heads, kv]
-        v = self.value(x)  # [batch, length, heads, kv]
-        if unpad is not None:  # [shards, tokens, heads, kv] → [batch, length, heads, kv]
-            q, k, v = unpad.pad(q), unpad.pad(k), unpad.pad(v)
+        q = layout.to_rows(self.query(x))  # [batch, length, heads, kv]
+        k = layout.to_rows(self.key(x))  # [batch, length, heads, kv]
+        v = layout.to_rows(self.value(x))  # [batch, length, heads, kv]
         needs_dropout = not deterministic and cfg.attention_dropout_prob > 0.0
         probs = None
         if return_probs or needs_dropout or cfg.attention_impl == "explicit":
@@ -139,9 +139,7 @@ class SelfAttention(nnx.Module):
         else:
             impl = None if cfg.attention_impl == "auto" else cfg.attention_impl
             ctx = jax.nn.dot_product_attention(q, k, v, mask=mask, implementation=impl)
-        if unpad is not None:
-            ctx = unpad.unpad(ctx)  # [shards, tokens, heads, kv]
-        out = self.output(ctx)  # [batch, length, embed]
+        out = self.output(layout.to_tokens(ctx))  # [*tokens, embed]
         return out, (probs if return_probs else None)
 
 
@@ -155,9 +153,9 @@ class FeedForward(nnx.Module):
         self.output = dense(cfg, f, d, (axes.MLP, axes.EMBED), rngs=rngs)
 
     def __call__(self, x):
-        # x: [batch, length, embed]
-        y = self.act(self.intermediate(x))  # [batch, length, mlp]
-        return self.output(y)  # [batch, length, embed]
+        # x: [*tokens, embed]
+        y = self.act(self.intermediate(x))  # [*tokens, mlp]
+        return self.output(y)  # [*tokens, embed]
 
 
 class TransformerBlock(nnx.Module):
@@ -170,12 +168,11 @@ class TransformerBlock(nnx.Module):
         self.output_norm = layer_norm(cfg, rngs=rngs)
         self.dropout = nnx.Dropout(cfg.hidden_dropout_prob)
 
-    def __call__(self, x, mask, *, deterministic=True, rngs=None, return_probs=False, unpad=None):
-        # x: [batch, length, embed] ([shards, tokens, embed] with ``unpad``)
-        a, probs = self.attention(
-            x, mask, deterministic=deterministic, rngs=rngs, return_probs=return_probs, unpad=unpad
-        )
+    def __call__(self, x, mask, layout: TokenLayout = PADDED, *, deterministic=True, rngs=None,
+                 return_probs=False):
+        # x: [*tokens, embed] in ``layout`` ([batch, length] padded, [shards, tokens] unpadded)
+        a, probs = self.attention(x, mask, layout, deterministic=deterministic, rngs=rngs, return_probs=return_probs)
         h = self.attention_norm(x + self.dropout(a, deterministic=deterministic, rngs=rngs))
-        f = self.ffn(h)  # [batch, length, embed]
+        f = self.ffn(h)  # [*tokens, embed]
         out = self.output_norm(h + self.dropout(f, deterministic=deterministic, rngs=rngs))
-        return out, probs  # [batch, length, embed], [batch, heads, T, S] | None
+        return out, probs  # [*tokens, embed], [batch, heads, T, S] | None

@@ -36,15 +36,15 @@ class BertForPreTraining(nnx.Module):
         self.nsp = None if objective == "none" else ClassificationHead(cfg, 2, rngs=rngs, dropout=False)
 
     def __call__(self, input_ids, input_mask, segment_ids, masked_lm_positions=None, *, example_ids=None,
-                 cls_positions=None, deterministic=True, rngs=None, **encoder_kw) -> PreTrainingOutput:
+                 cls_positions=None, token_index=None, deterministic=True, rngs=None) -> PreTrainingOutput:
         """Packed rows (several examples in one row, no attention between them): ``example_ids``
         [batch, length] (1, 2, ... per example, 0 = padding) and ``cls_positions`` [batch, K], the
         start of each example, whose NSP/SOP logits come out as [batch, K, 2]. ``token_index``
-        (in ``encoder_kw``) runs the encoder's blocks on the real tokens only (encoder.Unpadding)."""
-        if example_ids is not None:
-            encoder_kw.update(attention_mask=packed_mask(example_ids), position_ids=packed_positions(example_ids))
+        [shards, tokens] runs the encoder's blocks on the real tokens only (`token_layout.Unpadded`)."""
+        packed = example_ids is not None
         enc = self.bert(input_ids, input_mask, segment_ids, deterministic=deterministic, rngs=rngs,
-                        **encoder_kw)
+                        attention_mask=packed_mask(example_ids) if packed else None,
+                        position_ids=packed_positions(example_ids) if packed else None, token_index=token_index)
         mlm = self.mlm(enc.sequence_output, self.bert.embeddings.word_embeddings, masked_lm_positions)
         nsp = None
         if self.nsp is not None:
