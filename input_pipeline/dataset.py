@@ -48,7 +48,7 @@ def _record_files(spec: str) -> list[str] | None:
 
 
 class PretrainingData:
-    """An iterator of numpy batches (DESIGN.md keys) with ``state()`` / ``restore(state)``.
+    """An iterator of numpy batches (the `input_pipeline.batch` layout) with ``state()`` / ``restore(state)``.
 
     One tf.data iterator runs through ``EPOCHS_PER_ITERATOR`` epochs (each batch carries its
     epoch): building an iterator traces and optimises the masking graph, ~2 s on 2 cores, which

@@ -1,6 +1,6 @@
 """Sequence packing: several pre-training examples in one row, so no FLOPs go to padding.
 
-`pack_examples` takes a batch of padded examples (DESIGN.md keys, each row one example with its
+`pack_examples` takes a batch of padded examples (`input_pipeline.batch` keys, each row one example with its
 own [CLS] ... [SEP]) and places them, first fit in order, into ``num_rows`` rows of the same
 length. The packed batch adds what the model needs to keep the examples apart
 (`bert_jax.model.models.BertForPreTraining` with ``example_ids`` and ``cls_positions``: attention only

@@ -24,10 +24,7 @@ import tensorflow as tf
 from tensorflow.core.example import example_pb2
 
 from input_pipeline import examples, masking
-
-UNMASKED_KEYS = ("input_ids", "input_mask", "segment_ids", "next_sentence_labels")
-MASKED_KEYS = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
-_FLOAT_KEYS = frozenset({"masked_lm_weights"})
+from input_pipeline.batch import FLOAT_KEYS, MASKED_KEYS
 
 
 def tokenize_documents(documents: Iterable[list[str]], tokenizer, *, batch_size: int = 1024,
@@ -139,7 +136,7 @@ def mask_features(features: dict, tokenizer, cfg: masking.MaskingConfig, *, seed
             out[k].append(part[k].numpy())
     p = cfg.max_predictions_per_seq
     empty = {"input_ids": np.zeros([0, length], np.int32)}
-    empty |= {k: np.zeros([0, p], np.float32 if k in _FLOAT_KEYS else np.int32) for k in MASKED_KEYS}
+    empty |= {k: np.zeros([0, p], np.float32 if k in FLOAT_KEYS else np.int32) for k in MASKED_KEYS}
     return dict(features) | {k: np.concatenate(v) if v else empty[k] for k, v in out.items()}
 
 
@@ -156,7 +153,7 @@ def _masker(tokenizer, cfg: masking.MaskingConfig, length: int):
 
 
 def _is_float(key: str, values: np.ndarray) -> bool:
-    return key in _FLOAT_KEYS or values.dtype.kind == "f"
+    return key in FLOAT_KEYS or values.dtype.kind == "f"
 
 
 def _example_bytes(items) -> bytes:
@@ -242,8 +239,8 @@ def feature_spec(max_seq_length: int, max_predictions_per_seq: int | None = None
 
 def parse_examples(serialized, max_seq_length: int,
                    max_predictions_per_seq: int | None = None) -> dict:
-    """Serialized examples ([B] or a scalar) → the DESIGN.md batch layout: int32 (float32
-    weights) [B, L] / [B, P], ``next_sentence_labels`` [B] (a scalar for a single example).
+    """Serialized examples ([B] or a scalar) → the batch layout of `input_pipeline.batch`: int32
+    (float32 weights) [B, L] / [B, P], ``next_sentence_labels`` [B] (a scalar for a single example).
     Works eagerly and in ``tf.data.Dataset.map`` (after ``.batch`` for speed)."""
     serialized = tf.convert_to_tensor(serialized, tf.string)
     spec = feature_spec(max_seq_length, max_predictions_per_seq)

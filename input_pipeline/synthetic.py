@@ -10,7 +10,7 @@ import numpy as np
 
 
 class SyntheticBatches:
-    """An iterator of DESIGN.md pre-training batches: random tokens, 15% masked positions."""
+    """An iterator of pre-training batches (`input_pipeline.batch` layout): random tokens, 15% masked positions."""
 
     def __init__(self, *, batch_size: int, seq_len: int, max_predictions: int, vocab_size: int,
                  seed: int = 0, first_id: int = 5, short_seq_prob: float | None = None):
@@ -50,5 +50,5 @@ class SyntheticBatches:
             "masked_lm_positions": positions,
             "masked_lm_ids": np.take_along_axis(ids, positions, 1) * (weights > 0),
             "masked_lm_weights": weights,
-            "next_sentence_labels": rng.integers(0, 2, (b, 1), dtype=np.int32),
+            "next_sentence_labels": rng.integers(0, 2, (b,), dtype=np.int32),
         }

@@ -84,7 +84,7 @@ def hf_batch(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     labels[rows, batch["masked_lm_positions"][rows, cols]] = batch["masked_lm_ids"][rows, cols]
     return {"input_ids": batch["input_ids"], "attention_mask": batch["input_mask"],  # (B, S) each
             "token_type_ids": batch["segment_ids"], "labels": labels,
-            "next_sentence_label": batch["next_sentence_labels"][:, 0]}  # (B,)
+            "next_sentence_label": batch["next_sentence_labels"]}  # (B,)
 
 
 def torch_cpu_peak(torch, n: int = 2048, repeats: int = 5) -> float:

@@ -1,6 +1,7 @@
 """Pure pre-training state and steps: ``train_step(state, batch, rng) -> (state, metrics)``.
 
-The model's structure (``graphdef``) and the optimizer are static; the state is a
+Batches have the layout of `input_pipeline.batch`. The model's structure (``graphdef``) and the
+optimizer are static; the state is a
 `bert_jax.training.state.TrainState` (step, parameters as a pure dict, optimizer state). The
 trainer jits these functions once with explicit in/out shardings and donates the state
 (`bert_jax.training.trainer.build_steps`).
@@ -18,14 +19,7 @@ from flax import nnx
 from bert_jax.model.config import BertConfig
 from bert_jax.model.models import BertForPreTraining
 from bert_jax.training.state import TrainState, new_state
-
-BATCH_KEYS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
-              "masked_lm_weights", "next_sentence_labels")
-# Optional model inputs. Packed rows (several examples per row, input_pipeline/packing.py) add
-# example_ids [batch, length] (1, 2, ... per example, 0 = padding) and cls_positions [batch, K]; and
-# nsp_weights [batch, K] (1 = a real example); their next_sentence_labels are [batch, K]. Unpadded
-# steps (config.unpad_multiple, input_pipeline/unpadding.py) add token_index [shards, tokens].
-OPTIONAL_KEYS = ("example_ids", "cls_positions", "token_index")
+from input_pipeline.batch import MODEL_INPUT_KEYS
 
 
 def pretraining_model(cfg: BertConfig, objective: str) -> Callable[[int], BertForPreTraining]:
@@ -67,7 +61,7 @@ def pretraining_losses(out, batch) -> dict[str, jax.Array]:
 
 def _loss(params, graphdef, batch, rng, deterministic: bool):
     model = nnx.merge(graphdef, params)
-    optional = {k: batch[k] for k in OPTIONAL_KEYS if k in batch}
+    optional = {k: batch[k] for k in MODEL_INPUT_KEYS if k in batch}
     out = model(batch["input_ids"], batch["input_mask"], batch["segment_ids"], batch["masked_lm_positions"],
                 deterministic=deterministic, rngs=None if deterministic else nnx.Rngs(dropout=rng), **optional)
     m = pretraining_losses(out, batch)

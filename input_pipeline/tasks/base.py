@@ -5,7 +5,7 @@ and fixed-length *features* (numpy arrays, one row per model input; a SQuAD exam
 rows, one per window). The loop (`bert_jax.finetuning.trainer`) trains on the features, runs the model over a
 split and hands the raw outputs back to the task, which turns them into metrics and prediction files.
 
-Feature arrays, all with N rows (DESIGN.md names):
+Feature arrays, all with N rows:
 
 | key | shape | kinds |
 |---|---|---|

@@ -364,7 +364,7 @@ def test_tfds_source(tmp_path, tokenizer):
                        "answer_start": tf.ragged.constant([r[k]["answer_start"] for r in rows], tf.int32)}
         return tf.data.Dataset.from_tensor_slices(cols)
 
-    with tfds.testing.mock_data(as_dataset_fn=as_dataset, data_dir=str(tmp_path)):  # offline (DESIGN.md)
+    with tfds.testing.mock_data(as_dataset_fn=as_dataset, data_dir=str(tmp_path)):  # offline
         examples = SquadTask("2.0", "tfds", data_dir=str(tmp_path)).load("dev")
         named = SquadTask("2.0", "tfds:squad/v2.0", data_dir=str(tmp_path)).load("train")
     assert [e.qas_id for e in examples] == ["q_mat", "q_year", "q_trader", "q_queen", "q_none"]
