@@ -16,14 +16,8 @@ task's dev split):
 * batch 32 × 128, learning rate 2e-3 with 10% warmup and linear decay to 0 over the run (the
   schedule ends with the run, so a short run still anneals), and Adam *with* bias correction. The
   paper's settings (no bias correction, lr 1e-4, batch 256) need far more steps than a few CPU
-  minutes give. Chosen on the held-out Wikipedia articles' MLM accuracy (unigram baseline 0.052),
-  measured on 2 CPU cores (AMD EPYC, 2026-11-23):
-  lr 2e-3 without bias correction, batch 64, 400 steps: 0.052 (stuck at the unigram baseline);
-  lr 1e-3 with bias correction, batch 32, 600 steps: 0.095;
-  lr 2e-3 with bias correction, batch 32, 600 steps: 0.108 (0.113 at step 500), 5.6 minutes.
-  The default of 400 steps (~4 minutes) keeps the whole demo within 15 minutes; whole `make demo`
-  runs gave 0.107 after 600 steps and 0.116 after 800 (`make demo PRETRAIN_STEPS=800`, 7.3
-  minutes of pre-training);
+  minutes give. Chosen on the held-out Wikipedia articles' MLM accuracy (the runs compared:
+  docs/choices.md). The default of 400 steps (~4 minutes) keeps the whole demo within 15 minutes;
 * dropout 0: a few epochs over the text do not overfit, and dropout costs ~30% of a CPU step;
 * 10% of the documents (every 10th) held out for evaluation, evaluated in full every 100 steps.
 """

@@ -32,13 +32,10 @@ from pathlib import Path
 from bert_jax.demo import report as demo_report
 
 VOCAB_SIZE = 8000
-# Fine-tuning rows: one epoch at batch 16 (warmup 10%), the paper's fine-tuning optimizer. The
-# tiny rows (pre-trained here, from scratch) get the same 595 steps over all 9,514 training
-# sentences and the same 3 seeds, at lr 1e-4. A MiniLM step costs ~20x a tiny one, so within the
-# 15-minute budget on 2 CPU cores its row gets one seed and one epoch over the first
-# MINILM_EXAMPLES training sentences (a fixed shuffled order), at lr 5e-5 (the prototype's).
-# Measured before choosing (from the demo's pre-trained tiny model, on the dev split): batch 32 at
-# lr 1e-3 or 3e-4 for one epoch stayed at chance (0.506); batch 16 at lr 1e-4 reached 0.661.
+# Fine-tuning rows: one epoch at batch 16 (warmup 10%), the paper's fine-tuning optimizer; the tiny
+# rows at lr 1e-4 with 3 seeds, the MiniLM row (~20x a tiny step) one seed over the first
+# MINILM_EXAMPLES training sentences at lr 5e-5, to stay within 15 minutes on 2 CPU cores. How
+# these were chosen: docs/choices.md.
 MINILM_EXAMPLES = 2000
 TINY_FINETUNE = dict(lr=1e-4, epochs=1.0, batch=16, max_train_examples=0)
 MINILM_FINETUNE = dict(lr=5e-5, epochs=1.0, batch=16, seeds=1, max_train_examples=MINILM_EXAMPLES)

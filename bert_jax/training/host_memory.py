@@ -1,16 +1,13 @@
 """Host memory that stays mapped between steps: XLA:CPU's per-step buffers without page faults.
 
-On a CPU backend every run of the jitted step allocates its temporary buffers anew (1.7 GiB for
-BERT-base at batch 8, about 6 GiB at 32) and frees them at the end. glibc gives allocations that
-large their own ``mmap`` (the executing threads use secondary arenas, which always do), so each
-step the kernel maps and zero-fills them again: on the 2-core development machine 440,000 page
-faults and 0.8-1.2 s of system time per BERT-base step at batch 8. `reuse_freed_memory("reuse")`
-asks glibc (``mallopt``) for one arena, no ``mmap`` and no trimming, so freed buffers are reused
-as they are: no page faults, a 1.1-1.3x faster step (docs/benchmarks.md).
+On a CPU backend every run of the jitted step allocates its temporary buffers anew and frees them
+at the end; glibc gives allocations that large their own ``mmap``, so each step the kernel maps and
+zero-fills them again. `reuse_freed_memory("reuse")` asks glibc (``mallopt``) for one arena, no
+``mmap`` and no trimming, so freed buffers are reused as they are (measurements: docs/benchmarks.md,
+"Host memory").
 
-The cost: the process never returns memory and its one heap fragments. A BERT-base process at
-batch 32 grew to 13.9 GB resident (in two steps, then steady) where it stays at 7.7 GB without it,
-and several models in one process (``--compare`` at batch 32) ran out of the machine's 24 GB. Hence off by default
+The cost: the process never returns memory and its one heap fragments (several models in one
+process can run out of host memory). Hence off by default
 (``config.reuse_host_memory = "default"``); "auto" applies it only when the JAX backend will be the
 CPU (JAX_PLATFORMS starts with cpu, or no GPU/TPU plugin is installed). It has to run before JAX
 starts its backend (threads keep the arena they first used), so entry points call it

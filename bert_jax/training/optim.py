@@ -46,11 +46,8 @@ class OptimizerConfig:
     1.0, 10k warmup steps then linear decay to 0 at 1M steps.
 
     ``bias_correction=False`` is the original's ``AdamWeightDecayOptimizer``: it has no bias
-    correction, and matching the released recipe is the point of this default. With warmup it
-    barely matters: for a steady gradient the uncorrected step is (1 - b1^t) / sqrt(1 - b2^t) times
-    the corrected one (t updates done): 3.2x at t=1, 6.5x at 10, 1.26x at 1000, 1.026x at 3000,
-    1.003x at 5000 — above 1.3x only in the first ~1000 steps, where a 10k-step warmup keeps
-    lr(t) under 10% of its peak.
+    correction, and matching the released recipe is the point of this default; with a warmup it
+    barely matters (docs/choices.md works out by how much).
 
     ``warmup_steps``/``num_train_steps`` and the schedule count optimizer steps. Gradient
     accumulation is not the optimizer's business: the training step sums micro-batch gradients in a
