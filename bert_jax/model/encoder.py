@@ -17,7 +17,7 @@ from flax import nnx
 from bert_jax.model import axes
 from bert_jax.model.config import BertConfig
 from bert_jax.model.layers import Embeddings, TransformerBlock, dense
-from bert_jax.model.token_layout import PADDED, Unpadded
+from bert_jax.model.token_layout import PADDED, TokenLayout, Unpadded
 
 
 class EncoderOutput(NamedTuple):
@@ -116,6 +116,24 @@ class BertEncoder(nnx.Module):
             layout = Unpadded(token_index, *input_ids.shape)
         x = layout.to_tokens(x)  # [*tokens, embed]: [batch, length] padded, [shards, tokens] unpadded
 
+        x, hiddens, probs = self.run_blocks(x, mask, layout, deterministic=deterministic, rngs=rngs,
+                                            output_hidden_states=output_hidden_states,
+                                            output_attentions=output_attentions)
+        x = layout.to_rows(x)  # [batch, length, embed]
+        hidden_states = None
+        if output_hidden_states:
+            # [layers + 1, batch, length, embed]
+            hidden_states = jnp.concatenate([embedding_output[None], hiddens], axis=0)
+        pooled = None if self.pooler is None else self.pool(x)  # [batch, embed]
+        return EncoderOutput(x, pooled, hidden_states, probs if output_attentions else None)
+
+    def run_blocks(self, x, mask, layout: TokenLayout, *, deterministic: bool, rngs, output_hidden_states: bool,
+                   output_attentions: bool):
+        """The transformer blocks over x [*tokens, embed]: one ``lax.scan`` over the stacked layers or
+        unrolled, each block rematerialised under ``cfg.remat_policy``. Returns the last block's
+        output [*tokens, embed], every block's output [layers, *tokens, embed] (or None) and the
+        attention probabilities [layers, batch, heads, length, length] (or None)."""
+        cfg = self.cfg
         graphdef, stacked = nnx.split(self.layers)
         keys = None if deterministic else jax.random.split(rngs.dropout(), cfg.num_layers)
 
@@ -143,14 +161,7 @@ class BertEncoder(nnx.Module):
                 x, out = step(x, xs)
                 outs.append(out)
             hiddens, probs = jax.tree.map(lambda *a: jnp.stack(a), *outs) if outs else (None, None)
-
-        x = layout.to_rows(x)  # [batch, length, embed]
-        hidden_states = None
-        if output_hidden_states:
-            # [layers + 1, batch, length, embed]
-            hidden_states = jnp.concatenate([embedding_output[None], hiddens], axis=0)
-        pooled = None if self.pooler is None else self.pool(x)  # [batch, embed]
-        return EncoderOutput(x, pooled, hidden_states, probs if output_attentions else None)
+        return x, hiddens, probs
 
     def pool(self, sequence_output, positions=None):
         """tanh(dense(the [CLS] vectors)): sequence_output [batch, length, embed] → [batch, embed]
