@@ -2,7 +2,7 @@
 
 It gives exactly the ids of Hugging Face's Python BERT tokenizer (``BasicTokenizer`` +
 ``WordpieceTokenizer``; in transformers 5 that is ``BertTokenizerLegacy``), checked in
-tests/test_tokenizers.py against ids from transformers for 10.6k sentences of real prose and
+tests/input_pipeline/test_tokenizers.py against ids from transformers for 10.6k sentences of real prose and
 Unicode edge cases (tests/golden/tokenizer_golden.npz). The steps, in HF's order:
 
 1. clean: delete U+0000, U+FFFD and every ``\\p{C}`` character except tab/newline/CR (invalid
