@@ -40,6 +40,7 @@ USER_ERRORS = (ValueError, UnicodeDecodeError, FileNotFoundError, NotADirectoryE
 
 
 def is_user_error(e: BaseException) -> bool:
+    """Whether ``e`` is reported as one line (`USER_ERRORS`, TF's file errors) or keeps its traceback."""
     if isinstance(e, USER_ERRORS):
         return True
     tf = sys.modules.get("tensorflow")  # only when the tool has loaded it: the import costs seconds
