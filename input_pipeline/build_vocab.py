@@ -7,16 +7,9 @@ Text comes through `sources.read_documents`, so text files (``--format bert|doc_
 Wikipedia XML dumps and ``tfds:`` datasets all work; ``--max_sentences`` keeps the first N sentences.
 
 * ``wordpiece`` → ``DIR/vocab.txt``: ``[PAD] [UNK] [CLS] [SEP] [MASK]`` (ids 0-4), every character
-  (alone and as ``##c``), then the learned pieces by frequency. Words are split exactly as
-  `WordPieceTokenizer` splits them (its own normalisation; lower-cased and accent-stripped with
-  ``--lower_case``), counted, and given to tensorflow-text's WordPiece learner
-  (``tensorflow_text.tools.wordpiece_vocab``, the algorithm behind ``bert_vocab_from_dataset``). That
-  wrapper is not called as is: it would split words with tf.text's ``BasicTokenizer``, whose
-  normalisation (ICU case folding, control characters, ...) differs from the tokenizer's, and its
-  frequency-threshold search is a plain bisection that costs ~15 learner passes (over 2 minutes for
-  the 0.4M-word Wikipedia excerpt at 8k tokens). Here a log-log secant search over the same
-  ``learn_with_thresh`` reaches the size in a few passes. The alphabet is capped at a quarter of
-  the vocabulary (at most 1000 characters, the learner's default); rarer characters become [UNK].
+  (alone and as ``##c``), then the learned pieces by frequency: words split and counted as
+  `WordPieceTokenizer` splits them, learned by tensorflow-text's WordPiece learner with a faster
+  threshold search (`input_pipeline.wordpiece_learner`).
 * ``unigram`` / ``bpe`` → ``DIR/spm.model`` (trained by the ``sentencepiece`` package: ``[PAD]`` id 0
   and ``[UNK]`` id 1 as its pad/unknown pieces, ``[CLS] [SEP] [MASK]`` as control symbols 2-4; no
   BOS/EOS; case folding with ``nmt_nfkc_cf`` when lower-casing) and ``DIR/vocab.txt`` listing its
@@ -29,20 +22,17 @@ Files are written atomically. Load the result with `tokenizer_factory.load_token
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import io
 import logging
-import math
 import os
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from tqdm import tqdm
 
-from input_pipeline import sources
+from input_pipeline import sources, wordpiece_learner
 from input_pipeline.vocab import SPECIAL_TOKENS, infer_lower_case
 
 log = logging.getLogger(__name__)
@@ -148,27 +138,12 @@ def _vocab_bytes(tokens: list[str], origin: str) -> bytes:
 
 
 def _build_wordpiece(sentences: _Sentences, out: Path, vocab_size: int, lower_case: bool) -> Path:
-    import tensorflow as tf
-    from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
-
-    from input_pipeline.tokenizers import WordPieceTokenizer
-
-    # The tokenizer's own word splitter; its vocabulary (the specials) plays no part in it.
-    with tempfile.TemporaryDirectory() as tmp:
-        specials = Path(tmp) / VOCAB_TXT
-        specials.write_text("".join(t + "\n" for t in SPECIAL_TOKENS))
-        splitter = WordPieceTokenizer(specials, lower_case=lower_case)
-    words = (tf.data.Dataset.from_generator(sentences.__iter__, output_signature=tf.TensorSpec([], tf.string))
-             .batch(1024).map(splitter.words).prefetch(2))
-    word_counts = collections.Counter()
-    for batch in words:
-        word_counts.update(batch.flat_values.numpy())
+    word_counts = wordpiece_learner.count_words(sentences, lower_case)
     if not word_counts:
         raise ValueError(f"no words in the input ({sentences.count} sentences)")
-    word_counts = {w.decode("utf-8"): c for w, c in word_counts.items()}
     log.info("%d sentences, %d words, %d distinct", sentences.count, sum(word_counts.values()),
              len(word_counts))
-    vocab = _learn_wordpiece(learner, word_counts, vocab_size)
+    vocab = wordpiece_learner.learn(word_counts, vocab_size)
     if not lower_case and infer_lower_case(vocab):
         log.warning("the cased vocabulary has no upper-case token, so WordPieceTokenizer will "
                     "treat it as uncased (lower-case its input)")
@@ -179,71 +154,6 @@ def _build_wordpiece(sentences: _Sentences, out: Path, vocab_size: int, lower_ca
         log.warning("removing %s from an earlier SentencePiece build", stale)
         stale.unlink()
     return path
-
-
-def _learn_wordpiece(learner, word_counts, vocab_size: int) -> list[str]:
-    """``learner.learn`` with a faster threshold search: the smallest count threshold whose
-    vocabulary fits in ``vocab_size`` (stopping early within the learner's 5% slack)."""
-    reserved = list(SPECIAL_TOKENS)
-    max_chars = max(1, min(1000, (vocab_size - len(reserved)) // 4))
-    params = learner.Params(upper_thresh=None, lower_thresh=None, num_iterations=4,
-                            max_input_tokens=int(5e6), max_token_length=50,
-                            max_unique_chars=max_chars, vocab_size=vocab_size, slack_ratio=0.05,
-                            include_joiner_token=True, joiner="##", reserved_tokens=reserved)
-    words = learner.get_input_words(word_counts.items(), reserved, params.max_token_length)
-    words = learner.filter_input_words(words, learner.get_allowed_chars(words, max_chars),
-                                       params.max_input_tokens)
-    if not words:
-        raise ValueError(f"no words to learn from: every word is longer than "
-                         f"{params.max_token_length} characters or holds a character outside the "
-                         f"{max_chars} most frequent (the alphabet vocab_size {vocab_size} allows)")
-    counts = sorted((c for _, c in words), reverse=True)
-    max_count = counts[0]
-    # First guess: between the counts of the words ranked vocab_size/2 and vocab_size.
-    guess = math.sqrt(counts[min(vocab_size // 2, len(counts) - 1)] *
-                      counts[min(vocab_size, len(counts) - 1)])
-    tried: dict[int, list[str]] = {}
-    lo, hi = 0, None  # thresholds known to give more than / at most vocab_size tokens
-    target = vocab_size * (1 - params.slack_ratio / 2)
-    bar = tqdm(desc="learning wordpieces", unit=" pass", mininterval=0)
-    while True:
-        t = max(lo + 1, round(guess))
-        if hi is not None:
-            t = min(t, hi - 1)
-        tried[t] = learner.learn_with_thresh(words, t, params)
-        size = len(tried[t])
-        bar.set_postfix(threshold=t, tokens=size)
-        bar.update()
-        if size <= vocab_size:
-            hi = t
-            if size >= vocab_size * (1 - params.slack_ratio):
-                break
-        else:
-            lo = t
-            if t > max_count:
-                raise ValueError(f"vocab_size {vocab_size} is too small: the alphabet alone takes "
-                                 f"{size} tokens")
-        if hi is not None and hi - lo <= 1:
-            break
-        guess = _next_threshold(tried, lo, hi, target)
-    bar.close()
-    return tried[hi]
-
-
-def _next_threshold(tried: dict[int, list[str]], lo: int, hi: int | None, target: float) -> float:
-    """Secant step on log(size) against log(threshold) through the bracket's ends (or, before
-    there is a bracket, the last two tries), kept strictly inside the bracket."""
-    ends = [t for t in (lo, hi) if t in tried] if hi is not None and lo in tried else list(tried)[-2:]
-    if len(ends) == 2 and ends[0] != ends[1]:
-        (t1, t2), (s1, s2) = ends, (len(tried[ends[0]]), len(tried[ends[1]]))
-        slope = (math.log(s2) - math.log(s1)) / (math.log(t2) - math.log(t1))
-    else:
-        t2, s2, slope = ends[-1], len(tried[ends[-1]]), -0.7  # typical for word-count power laws
-    slope = min(slope, -0.1)
-    guess = t2 * (target / s2) ** (1 / slope)
-    if hi is not None and not lo + 1 < guess < hi - 1:  # outside: bisect (geometrically)
-        guess = math.sqrt(max(lo, 1) * hi)
-    return guess
 
 
 # --------------------------------------------------------------------------- SentencePiece
@@ -296,7 +206,8 @@ def _unk_rate(tokenizer, sample: list[str]) -> float:
 def main(argv) -> None:
     from absl import flags
 
-    del argv
+    if len(argv) > 1:
+        raise ValueError(f"unexpected arguments: {argv[1:]} (flags are --name=value)")
     f = flags.FLAGS
     from input_pipeline import hide_accelerators_from_tf
     from input_pipeline.package_data import resolve
@@ -324,7 +235,7 @@ def _define_flags() -> None:
 
 
 if __name__ == "__main__":
-    from absl import app
+    from input_pipeline import cli
 
     _define_flags()
-    app.run(main)
+    cli.run_absl(main)

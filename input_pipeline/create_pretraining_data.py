@@ -4,7 +4,7 @@ r"""Raw text → pre-training TFRecord shards (Google create_pretraining_data.py
         --vocab vocab.txt --max_seq_length 128 --max_predictions_per_seq 20 --dupe_factor 10 \
         --objective nsp --num_shards 64 --num_workers 8
 
-Two stages, both spread over ``--num_workers`` processes:
+Two stages (`input_pipeline.pretraining_shards`), both spread over ``--num_workers`` processes:
 
 1. per input file (a Wikipedia dump, a text file, or one TFDS spec): read documents (`sources`),
    tokenize them in batches in-graph, and route each document to an output shard: with at least as
@@ -25,170 +25,37 @@ so a reader knows max_seq_length and P); a directory without ``summary.json`` is
 
 from __future__ import annotations
 
-import collections
 import dataclasses
-import glob
 import json
 import logging
 import multiprocessing
 import os
-import random
 import tempfile
 import time
 import uuid
 
 import tensorflow as tf
-from absl import app, flags
+from absl import flags
 from tqdm.auto import tqdm
 
-from input_pipeline import examples, hide_accelerators_from_tf, pretraining, sources
+from input_pipeline import cli, examples, hide_accelerators_from_tf, sources
 from input_pipeline.package_data import resolve
+from input_pipeline.pretraining_shards import (
+    COMPRESSIONS,
+    PREFIX,
+    Job,
+    Settings,
+    in_worker,
+    init_worker,
+    read_unit,
+    write_shard,
+)
 from input_pipeline.tokenizers import WordPieceTokenizer
 
 log = logging.getLogger(__name__)
-PREFIX = "pretrain"
-COMPRESSIONS = {"none": (None, ".tfrecord"), "gzip": ("GZIP", ".tfrecord.gz")}
-
-
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    """Everything that decides the output (and a worker needs); written to config.json."""
-
-    max_seq_length: int = 128
-    max_predictions_per_seq: int = 20
-    masked_lm_prob: float = 0.15
-    dupe_factor: int = 10
-    objective: str = "nsp"
-    packing: str = "full"
-    whole_word_mask: bool = False
-    short_seq_prob: float = 0.1
-    random_seed: int = 12345
-    num_shards: int = 1
-    masking: str = "static"
-    format: str = "bert"
-    on_error: str = "skip"
-    compression: str = "none"
-    text_field: str = "text"
-    max_documents_per_file: int | None = None  # for smoke tests: only the first N of each file
-
-    def check(self) -> None:
-        problems = [
-            (self.objective in examples.OBJECTIVES, f"objective in {examples.OBJECTIVES}"),
-            (self.packing in examples.PACKINGS, f"packing in {examples.PACKINGS}"),
-            (self.masking in ("static", "none"), "masking 'static' or 'none'"),
-            (self.format in sources.FORMATS and self.on_error in ("skip", "raise"),
-             f"format in {sources.FORMATS}, on_error 'skip' or 'raise'"),
-            (self.compression in COMPRESSIONS, f"compression in {tuple(COMPRESSIONS)}"),
-            (self.num_shards >= 1 and self.dupe_factor >= 1, "num_shards, dupe_factor >= 1"),
-            (self.max_seq_length >= 5, "max_seq_length >= 5"),
-            (self.max_predictions_per_seq >= 1, "max_predictions_per_seq >= 1"),
-            (0 <= self.short_seq_prob <= 1 and 0 <= self.masked_lm_prob <= 1, "probabilities in [0, 1]"),
-        ]
-        bad = [what for ok, what in problems if not ok]
-        if bad:
-            raise ValueError(f"create_pretraining_data: need {'; '.join(bad)}; got {self}")
-
-    def shard_path(self, output_dir: str, shard: int) -> str:
-        suffix = COMPRESSIONS[self.compression][1]
-        return os.path.join(output_dir, f"{PREFIX}-{shard:05d}-of-{self.num_shards:05d}{suffix}")
-
-
-@dataclasses.dataclass(frozen=True)
-class _Job:
-    settings: Settings
-    units: tuple[str, ...]  # input files, or a single TFDS spec
-    output_dir: str
-    spill_dir: str
-    vocab_file: str
-    lower_case: bool
-
-
-def shard_seed(random_seed: int, shard: int) -> int:
-    """Seed of shard ``shard``'s ``random.Random`` (documents shuffle, instances, their shuffle)."""
-    return random_seed * 1_000_003 + shard
-
-
-def _route(unit: int, doc: int, num_units: int, num_shards: int) -> int:
-    if num_units >= num_shards:
-        return unit % num_shards
-    return unit + num_units * (doc % len(range(unit, num_shards, num_units)))
-
-
-def _spill_path(job: _Job, shard: int, unit: int) -> str:
-    return os.path.join(job.spill_dir, f"s{shard:05d}-u{unit:05d}.bin")
-
-
-def _read_unit(job: _Job, unit: int, tokenizer, notify) -> dict:
-    """Stage 1: one input file → tokenized documents spilled per shard; returns counts."""
-    s = job.settings
-    report = sources.SourceReport()
-    docs = sources.read_documents(job.units[unit], format=s.format, on_error=s.on_error,
-                                  text_field=s.text_field, report=report)
-    if s.max_documents_per_file is not None:
-        docs = (d for _, d in zip(range(s.max_documents_per_file), docs, strict=False))
-    spills, counts, seen = {}, collections.Counter(), 0
-    try:
-        for j, doc in enumerate(pretraining.tokenize_documents(docs, tokenizer)):
-            seen = j + 1
-            if seen % 64 == 0:
-                notify(64)
-            if not doc:
-                counts["empty_documents"] += 1
-                continue
-            shard = _route(unit, j, len(job.units), s.num_shards)
-            if shard not in spills:
-                spills[shard] = open(_spill_path(job, shard, unit), "wb")  # noqa: SIM115
-            pretraining.spill_document(spills[shard], doc)
-            counts["sentences"] += len(doc)
-        notify(seen % 64)
-    finally:
-        for f in spills.values():
-            f.close()
-    return {"report": report, **counts}
-
-
-def _write_shard(job: _Job, shard: int, tokenizer, notify) -> dict:
-    """Stage 2: one shard's documents → instances → (masks) → a complete TFRecord file."""
-    s = job.settings
-    spilled = glob.glob(os.path.join(job.spill_dir, f"s{shard:05d}-u*.bin"))
-    documents = pretraining.read_spilled(sorted(spilled))
-    rng = random.Random(shard_seed(s.random_seed, shard))
-    feats = pretraining.build_examples(
-        documents, tokenizer, objective=s.objective, packing=s.packing,
-        max_seq_length=s.max_seq_length, short_seq_prob=s.short_seq_prob,
-        dupe_factor=s.dupe_factor, seed=rng)
-    if s.masking == "static":
-        cfg = pretraining.masking_config(tokenizer, masked_lm_prob=s.masked_lm_prob,
-                                         max_predictions_per_seq=s.max_predictions_per_seq,
-                                         whole_word=s.whole_word_mask)
-        feats = pretraining.mask_features(feats, tokenizer, cfg, seed=s.random_seed, stream=shard)
-    pretraining.write_records(s.shard_path(job.output_dir, shard),
-                              pretraining.serialize_features(feats), COMPRESSIONS[s.compression][0])
-    notify(0)
-    return {
-        "documents": len(documents),
-        "examples": len(feats["input_ids"]),
-        "tokens": int(feats["input_mask"].sum()),
-        "masked_tokens": int(feats["masked_lm_weights"].sum()) if s.masking == "static" else 0,
-        "next_sentence_label_1": int(feats["next_sentence_labels"].sum()),
-    }
 
 
 # --- running the two stages in-process or in a pool of spawned workers ------------------------
-
-_WORKER: dict = {}  # per worker process: its tokenizer and progress queue (set by _init_worker)
-
-
-def _init_worker(vocab_file: str, lower_case: bool, queue) -> None:
-    hide_accelerators_from_tf()
-    _WORKER.update(tokenizer=WordPieceTokenizer(vocab_file, lower_case=lower_case), queue=queue)
-
-
-def _in_worker(args):
-    stage, job, index = args
-    fn = _read_unit if stage == "read" else _write_shard
-    return index, fn(job, index, _WORKER["tokenizer"], _WORKER["queue"].put)
-
 
 def _run_stage(stage, job, count, tokenizer, pool, queue, desc, unit, progress) -> list[dict]:
     bar = tqdm(total=count, desc=desc, unit=unit, disable=not progress, dynamic_ncols=True)
@@ -204,12 +71,12 @@ def _run_stage(stage, job, count, tokenizer, pool, queue, desc, unit, progress) 
     results = {}
     with bar:
         if pool is None:
-            fn = _read_unit if stage == "read" else _write_shard
+            fn = read_unit if stage == "read" else write_shard
             for i in range(count):
                 results[i] = fn(job, i, tokenizer, notify)
                 bar.update(1)
         else:
-            pending = pool.imap_unordered(_in_worker, [(stage, job, i) for i in range(count)])
+            pending = pool.imap_unordered(in_worker, [(stage, job, i) for i in range(count)])
             while len(results) < count:
                 try:
                     i, result = pending.next(timeout=0.25)
@@ -267,12 +134,12 @@ def create_pretraining_data(input_spec, output_dir: str, tokenizer, *, num_worke
     _prepare_output(output_dir)
     workers = max(1, min(num_workers, max(len(units), s.num_shards)))
     with tempfile.TemporaryDirectory(prefix="pretrain-spill-") as spill_dir:
-        job = _Job(s, tuple(units), output_dir, spill_dir, tokenizer.vocab_file, tokenizer.lower_case)
+        job = Job(s, tuple(units), output_dir, spill_dir, tokenizer.vocab_file, tokenizer.lower_case)
         pool = queue = None
         if workers > 1:
             ctx = multiprocessing.get_context("spawn")  # TF is not fork-safe
             queue = ctx.Queue()
-            pool = ctx.Pool(workers, _init_worker, (job.vocab_file, job.lower_case, queue))
+            pool = ctx.Pool(workers, init_worker, (job.vocab_file, job.lower_case, queue))
         try:
             read = _run_stage("read", job, len(units), tokenizer, pool, queue, "reading",
                               "file", progress)
@@ -354,7 +221,8 @@ def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
 
 
 def main(argv, fv: flags.FlagValues = flags.FLAGS) -> None:
-    del argv
+    if len(argv) > 1:
+        raise ValueError(f"unexpected arguments: {argv[1:]} (flags are --name=value)")
     hide_accelerators_from_tf()
     logging.getLogger().setLevel(logging.INFO)
     F = fv
@@ -370,4 +238,4 @@ def main(argv, fv: flags.FlagValues = flags.FLAGS) -> None:
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    cli.run_absl(main)

@@ -1,7 +1,14 @@
-"""Command-line modules: importable together, no flags defined at import time."""
+"""Command-line tools: importable together with no flags defined at import time; each prints its
+usage for --help (status 0) and reports a user error as one ``error:`` line with status 2
+(input_pipeline/cli.py)."""
 
 import importlib
+import os
 import pkgutil
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from absl import flags
@@ -9,7 +16,128 @@ from absl import flags
 import bert_jax
 import input_pipeline
 from bert_jax.interop import extract_features
-from input_pipeline import create_pretraining_data
+from input_pipeline import cli, create_pretraining_data
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Every entry point: how it is started, flags its --help must name, and a realistic mistake
+# ({tmp} = a fresh directory; nothing in it exists) with what its one error line must name.
+CLIS = {
+    "train.py": (["train.py"], ["--config", "--workdir"],
+                 ["--config", "configs/pretrain.py:size=tiny", "--workdir", "{tmp}/w", "--config.data.inptu=x"],
+                 "--config.data.inptu"),
+    "bert_jax.benchmark": (["-m", "bert_jax.benchmark"], ["--size", "--batch_size", "--output"],
+                           ["--size", "huge"], "--size"),
+    "bert_jax.benchmark.pipeline": (["-m", "bert_jax.benchmark.pipeline"], ["--source", "--shards", "--masking"],
+                                    ["--source", "{tmp}/corpus.txt"], "{tmp}/corpus.txt"),
+    "bert_jax.interop.extract_features": (["-m", "bert_jax.interop.extract_features"],
+                                          ["--init", "--input", "--output"],
+                                          ["--init", "hf:{tmp}/ckpt", "--input", "{tmp}/in.txt", "--output",
+                                           "{tmp}/out.npz"], "{tmp}/in.txt"),
+    "bert_jax.demo": (["-m", "bert_jax.demo"], ["--workdir", "--corpus"], ["--corpus", "{tmp}/corpus.txt"],
+                      "--corpus {tmp}/corpus.txt"),
+    "input_pipeline.build_vocab": (["-m", "input_pipeline.build_vocab"], ["--input", "--output_dir", "--vocab_size"],
+                                   ["--input", "{tmp}/corpus.txt", "--output_dir", "{tmp}/vocab"], "{tmp}/corpus.txt"),
+    "input_pipeline.create_pretraining_data": (["-m", "input_pipeline.create_pretraining_data"],
+                                               ["--input", "--output", "--vocab"],
+                                               ["--input", "README.md", "--output", "{tmp}/out", "--vocab",
+                                                "{tmp}/vocab.txt"], "{tmp}/vocab.txt"),
+    "input_pipeline.tasks.squad_metrics": (["-m", "input_pipeline.tasks.squad_metrics"], ["data_file", "pred_file"],
+                                           ["{tmp}/dev.json", "{tmp}/pred.json"], "{tmp}/dev.json"),
+}
+# Log lines of TF's and XLA's native code and of absl logging ("I1125 06:45:18.2 123 file.cc:52] ..."),
+# printed at start-up whatever the tool does.
+LIBRARY_LOG = re.compile(r"^(WARNING: All log messages before absl::InitializeLog\(\) is called"
+                         r"|[IWEF]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ \S+:\d+\] )")
+
+
+def _run(name, argv, **env):
+    command = [sys.executable, *CLIS[name][0], *argv]
+    environ = {k: v for k, v in os.environ.items() if k != cli.DEBUG_ENV}
+    environ.update(TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="", JAX_PLATFORMS="cpu", **env)
+    return subprocess.run(command, cwd=ROOT, env=environ, capture_output=True, text=True, timeout=300)
+
+
+def _our_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.strip() and not LIBRARY_LOG.match(line)]
+
+
+def test_the_table_has_every_entry_point():
+    found = {"train.py"}
+    for pkg in ("bert_jax", "input_pipeline"):
+        for path in (ROOT / pkg).rglob("*.py"):
+            module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            if path.name == "__main__.py":
+                found.add(module.removesuffix(".__main__"))
+            elif re.search(r"^if __name__ == .__main__.:", path.read_text(), re.M):
+                found.add(module)
+    assert found == set(CLIS)
+
+
+@pytest.mark.parametrize("name", sorted(CLIS))
+def test_help(name):
+    result = _run(name, ["--help"])
+    assert result.returncode == 0, result.stderr[-2000:]
+    for flag in CLIS[name][1]:
+        assert flag in result.stdout, (flag, result.stdout)
+
+
+@pytest.mark.parametrize("name", sorted(CLIS))
+def test_user_error_is_one_line_with_status_2(name, tmp_path):
+    _, _, argv, names = CLIS[name]
+    result = _run(name, [a.format(tmp=tmp_path) for a in argv])
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    (line,) = _our_lines(result.stderr)
+    assert line.startswith("error: ") and names.format(tmp=tmp_path) in line, line
+
+
+@pytest.mark.parametrize("name,argv,names", [
+    ("train.py", ["--config", "configs/nope.py", "--workdir", "w"], "--config configs/nope.py: no such config file"),
+    ("train.py", ["--config", "configs/pretrain.py:siz=tiny", "--workdir", "w"], "unknown config argument 'siz'"),
+    ("train.py", ["--config", "configs/pretrain.py"], "--workdir"),
+])
+def test_train_config_errors(name, argv, names):
+    result = _run(name, argv)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    (line,) = _our_lines(result.stderr)
+    assert line.startswith("error: ") and names in line, line
+
+
+def test_debug_switch_shows_the_traceback(tmp_path):
+    result = _run("input_pipeline.tasks.squad_metrics", [str(tmp_path / "dev.json"), "p.json"],
+                  **{cli.DEBUG_ENV: "1"})
+    assert result.returncode == 2
+    assert "Traceback" in result.stderr and "FileNotFoundError" in result.stderr
+    assert result.stderr.splitlines()[-1] == f"error: {tmp_path / 'dev.json'}: No such file or directory"
+
+
+def test_run_reports_user_errors_and_lets_bugs_through(capsys, monkeypatch):
+    monkeypatch.delenv(cli.DEBUG_ENV, raising=False)
+
+    def user_error():
+        raise cli.UserError("--thing 3: expected 1 or 2\n(see --help)")
+
+    with pytest.raises(SystemExit) as exit_info:
+        cli.run(user_error)
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == "error: --thing 3: expected 1 or 2 (see --help)\n"
+
+    def bug():
+        raise KeyError("model")
+
+    with pytest.raises(KeyError):  # not a user error: Python prints its traceback
+        cli.run(bug)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.run(lambda: [1, 2])  # a result, not a status
+    assert exit_info.value.code == 0
+
+
+def test_messages_name_the_file():
+    assert cli.message(FileNotFoundError(2, "No such file or directory", "a/b.txt")) == \
+        "a/b.txt: No such file or directory"
+    assert cli.is_user_error(UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"))
+    assert not cli.is_user_error(KeyError("x")) and not cli.is_user_error(RuntimeError("x"))
 
 
 def _all_modules():
@@ -40,4 +168,3 @@ def test_define_flags_on_a_fresh_set(module, argv, required):
     module.define_flags(missing)
     with pytest.raises(flags.IllegalFlagValueError, match=required.lstrip("-")):
         missing(["prog", *[a for a in argv if not a.startswith(required)]])
-

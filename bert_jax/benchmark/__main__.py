@@ -1,5 +1,6 @@
 """``python -m bert_jax.benchmark``: see `bert_jax.benchmark.timing` for the usage."""
 
 from bert_jax.benchmark.timing import main
+from input_pipeline import cli
 
-main()
+cli.run(main)

@@ -8,14 +8,17 @@ import math
 import shlex
 import sys
 
+from input_pipeline import cli
+
 
 def parse_args(argv=None) -> argparse.Namespace:
     from bert_jax.benchmark import timing as benchmark  # its docstring is the usage text
+    from bert_jax.model.config import SIZES
 
-    p = argparse.ArgumentParser(prog="python -m bert_jax.benchmark", description=benchmark.__doc__.split("\n\n")[1],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = cli.ArgumentParser(prog="python -m bert_jax.benchmark", description=benchmark.__doc__.split("\n\n")[1],
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     ints = lambda s: [int(x) for x in s.split(",") if x]  # noqa: E731
-    p.add_argument("--size", default="base", help="tiny | mini | small | medium | base | large")
+    p.add_argument("--size", default="base", choices=tuple(SIZES), help=" | ".join(SIZES))
     p.add_argument("--seq_len", type=int, default=128)
     p.add_argument("--batch_size", type=ints, default=[32], help="global batch; a comma list runs each")
     p.add_argument("--sweep", action="store_true", help="run every power of two from 8 up to --batch_size")
@@ -59,7 +62,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="keep freed host buffers mapped (bert_jax/training/host_memory.py; the whole process, "
                         "references too)")
     p.add_argument("--json", action="store_true", help="print the JSON line instead of a summary")
-    p.add_argument("--output", default="benchmark_results.jsonl", help="JSON lines appended here ('' = none)")
+    p.add_argument("--output", default="", metavar="PATH",
+                   help="append each result to PATH as a JSON line (default: no results file)")
     argv, given = [], list(sys.argv[1:] if argv is None else argv)
     while given:  # "--variant --noscan" as one value: argparse would read two flags
         x = given.pop(0)

@@ -28,8 +28,7 @@ import os
 import tempfile
 import time
 
-from input_pipeline import create_pretraining_data as cpd
-from input_pipeline import hide_accelerators_from_tf
+from input_pipeline import cli, hide_accelerators_from_tf
 from input_pipeline.package_data import resolve
 
 
@@ -42,6 +41,8 @@ def build_shards(source: str, vocab: str, output_dir: str, *, masking: str, max_
                  max_predictions_per_seq: int, dupe_factor: int = 1, num_shards: int = 4,
                  num_workers: int = 1, whole_word_mask: bool = False) -> dict:
     """Stage 1: raw text → shards in ``output_dir``; the tool's counts and throughput."""
+    from input_pipeline import create_pretraining_data as cpd  # imports TF: not for --help
+
     start = time.perf_counter()
     summary = cpd.create_pretraining_data(
         resolve(source), output_dir, resolve(vocab), num_workers=num_workers, progress=False,
@@ -154,8 +155,8 @@ def format_result(result: dict) -> str:
 
 
 def parse_args(argv: list[str] | None = None):
-    parser = argparse.ArgumentParser(prog="python -m bert_jax.benchmark.pipeline", description=__doc__.split("\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = cli.ArgumentParser(prog="python -m bert_jax.benchmark.pipeline", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add = parser.add_argument
     add("--source", default="pkg:wikipedia", help="raw text: files/globs, a Wikipedia dump, tfds:..., pkg:wikipedia")
     add("--vocab", default="pkg:minilm/vocab.txt", help="WordPiece vocab.txt")
@@ -188,4 +189,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    cli.run(main)

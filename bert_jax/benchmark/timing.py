@@ -3,7 +3,7 @@ r"""Speed and memory of one BERT pre-training step (MLM + NSP), the step the tra
     python -m bert_jax.benchmark --size base --seq_len 128 --batch_size 32 [--steps 20] [--warmup 3]
         [--dtype float32|bfloat16] [--remat none|full|dots_saveable|...] [--scan|--noscan]
         [--attention_impl auto|xla|cudnn|explicit] [--attention_dropout 0.1] [--max_predictions P]
-        [--mesh -1,1,1] [--json] [--output benchmark_results.jsonl]
+        [--mesh -1,1,1] [--json] [--output results.jsonl]
     python -m bert_jax.benchmark --size base --batch_size 8,32          # several batch sizes, one run
     python -m bert_jax.benchmark --size large --seq_len 512 --batch_size 16 --memory_only
     python -m bert_jax.benchmark --size large --seq_len 512 --find_max_batch --memory_gb 16,40,80
@@ -31,10 +31,10 @@ by compiling only, the largest batch (a multiple of ``--batch_multiple``) whose 
 of ``--memory_gb`` GiB, so it works on a CPU for any model size (a CPU compile approximates a GPU's
 or TPU's buffer assignment; it keeps bfloat16 no smaller than float32).
 
-Each result is appended as one JSON line to ``--output`` (default ``benchmark_results.jsonl`` in
-the working directory); ``--json`` prints that line instead of the summary. ``--profile DIR``
-traces one more step with ``jax.profiler`` (TensorBoard/xprof files and a Perfetto
-``*.trace.json.gz``) to see where the step's time goes.
+``--output PATH`` appends each result to PATH as one JSON line (by default no file is written);
+``--json`` prints that line instead of the summary. ``--profile DIR`` traces one more step with
+``jax.profiler`` (TensorBoard/xprof files and a Perfetto ``*.trace.json.gz``) to see where the
+step's time goes.
 
 ``--compare hf-torch,hf-flax`` times Hugging Face's BertForPreTraining (PyTorch) and
 FlaxBertForPreTraining on the same shapes in the same run, taking turns with ours
@@ -62,6 +62,7 @@ from bert_jax.model.config import BertConfig, count_params
 from bert_jax.training import host_memory
 from bert_jax.training import sharding as sh
 from bert_jax.training.trainer import build_steps
+from input_pipeline.cli import UserError
 from input_pipeline.packing import PackedBatches
 from input_pipeline.synthetic import SyntheticBatches
 from input_pipeline.unpadding import token_index, with_token_index
@@ -260,7 +261,7 @@ def main(argv=None) -> list[dict]:
         try:
             load_libraries(args.compare)
         except MissingDependencies as e:
-            raise SystemExit(f"error: {e}") from None
+            raise UserError(str(e)) from e
     bench = Bench(args)
     results = []
     for size in [None] if args.find_max_batch else args.batch_size:

@@ -1,7 +1,6 @@
 """``python -m bert_jax.demo`` (``make demo``): see `bert_jax.demo.pipeline` for the stages."""
 
-import sys
-
 from bert_jax.demo.pipeline import main
+from input_pipeline import cli
 
-sys.exit(main())
+cli.run(main)

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from bert_jax.demo import report as demo_report
+from input_pipeline import cli
 
 VOCAB_SIZE = 8000
 # Fine-tuning rows: one epoch at batch 16 (warmup 10%), the paper's fine-tuning optimizer; the tiny
@@ -48,7 +49,7 @@ def default_workdir() -> Path:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bert_jax.demo", description=__doc__.split("\n\n")[0])
+    p = cli.ArgumentParser(prog="python -m bert_jax.demo", description=__doc__.split("\n\n")[0])
     p.add_argument("--workdir", type=Path, default=None, help="default: $BERT_JAX_CACHE/demo/run")
     p.add_argument("--fresh", action="store_true", help="delete the workdir first and start over")
     p.add_argument("--pretrain_steps", "--pretrain-steps", type=int, default=None,

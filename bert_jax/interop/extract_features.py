@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from absl import app, flags, logging
+from absl import flags, logging
 
 
 def read_inputs(path: str | Path) -> list[tuple[str, str | None]]:
@@ -148,6 +148,7 @@ def write_output(path: str | Path, arrays, feats, pooled, tokens) -> None:
 def run(init: str, input_path, output_path, *, layers=(-1, -2, -3, -4), max_seq_length=None,
         batch_size=32, vocab=None, progress=True) -> dict:
     """The whole tool as a function (tests call this); returns a small summary."""
+    inputs = read_inputs(input_path)  # before the checkpoint and the imports: a bad input fails fast
     from bert_jax.interop import pretrained
     from input_pipeline.tokenizers import WordPieceTokenizer
 
@@ -163,7 +164,6 @@ def run(init: str, input_path, output_path, *, layers=(-1, -2, -3, -4), max_seq_
         raise ValueError(f"--max_seq_length {max_seq_length}: expected 3.."
                          f"{ckpt.config.max_position_embeddings} for this checkpoint")
     model = pretrained.build_model(ckpt, with_heads=False, config=ckpt.config.deterministic())
-    inputs = read_inputs(input_path)
     *arrays, tokens = encode_inputs(tokenizer, inputs, max_seq_length, ckpt.config.max_position_embeddings)
     feats, pooled = extract(model, arrays, list(layers), batch_size, progress=progress)
     write_output(output_path, arrays, feats, pooled, tokens)
@@ -184,14 +184,15 @@ def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
 
 
 def main(argv, fv: flags.FlagValues = flags.FLAGS):
-    del argv
+    if len(argv) > 1:
+        raise ValueError(f"unexpected arguments: {argv[1:]} (flags are --name=value)")
     from input_pipeline import hide_accelerators_from_tf
 
-    hide_accelerators_from_tf()
     try:
         layers = [int(k) for k in fv.layers]
     except ValueError as e:
-        raise app.UsageError(f"--layers must be integers, got {fv.layers}") from e
+        raise ValueError(f"--layers {','.join(fv.layers)}: expected comma-separated integers") from e
+    hide_accelerators_from_tf()
     summary = run(fv.init, fv.input, fv.output, layers=layers,
                   max_seq_length=fv.max_seq_length, batch_size=fv.batch_size, vocab=fv.vocab)
     logging.info("wrote %s", summary)
@@ -199,5 +200,7 @@ def main(argv, fv: flags.FlagValues = flags.FLAGS):
 
 
 if __name__ == "__main__":
+    from input_pipeline import cli
+
     define_flags()
-    app.run(main)
+    cli.run_absl(main)

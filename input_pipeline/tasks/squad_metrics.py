@@ -25,12 +25,13 @@ prints the scores as the official scripts do (v2.0 if the data has ``is_impossib
 
 from __future__ import annotations
 
-import argparse
 import collections
 import json
 import re
 import string
 from collections.abc import Mapping, Sequence
+
+from input_pipeline import cli
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 _PUNCT = frozenset(string.punctuation)
@@ -140,29 +141,41 @@ def gold_from_dataset(data: Mapping) -> dict[str, list[str]]:
             for article in data["data"] for p in article["paragraphs"] for qa in p["qas"]}
 
 
+def _read_json(path: str, what: str):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not a JSON {what} ({e})") from e
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("data_file")
-    parser.add_argument("pred_file")
-    parser.add_argument("--na-prob-file", default=None)
-    parser.add_argument("--na-prob-thresh", type=float, default=1.0)
-    parser.add_argument("--version", choices=("1.1", "2.0"), default=None)
+    parser = cli.ArgumentParser(prog="python -m input_pipeline.tasks.squad_metrics",
+                                description=__doc__.splitlines()[0])
+    parser.add_argument("data_file", help="the official-format dataset (dev-v1.1.json or dev-v2.0.json)")
+    parser.add_argument("pred_file", help="predictions: a JSON object of question id -> answer text")
+    parser.add_argument("--na-prob-file", default=None, help="SQuAD 2.0: question id -> no-answer probability")
+    parser.add_argument("--na-prob-thresh", type=float, default=1.0,
+                        help="SQuAD 2.0: predict no answer above this probability")
+    parser.add_argument("--version", choices=("1.1", "2.0"), default=None,
+                        help="default: 2.0 if any question is impossible, else 1.1")
     args = parser.parse_args(argv)
-    with open(args.data_file, encoding="utf-8") as f:
-        data = json.load(f)
-    with open(args.pred_file, encoding="utf-8") as f:
-        preds = json.load(f)
-    version = args.version or ("2.0" if any(qa.get("is_impossible") for a in data["data"]
-                                             for p in a["paragraphs"] for qa in p["qas"]) else "1.1")
+    data = _read_json(args.data_file, "SQuAD dataset")
+    preds = _read_json(args.pred_file, "predictions file")
+    try:
+        questions = [qa for a in data["data"] for p in a["paragraphs"] for qa in p["qas"]]
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"{args.data_file}: not a SQuAD dataset (expected data[].paragraphs[].qas[]; "
+                         f"{type(e).__name__}: {e})") from e
+    if not isinstance(preds, dict):
+        raise ValueError(f"{args.pred_file}: expected a JSON object of question id -> answer text")
+    version = args.version or ("2.0" if any(qa.get("is_impossible") for qa in questions) else "1.1")
     if version == "1.1":
         print(json.dumps(evaluate_v1(gold_from_dataset(data), preds)))
         return
-    na_probs = None
-    if args.na_prob_file:
-        with open(args.na_prob_file, encoding="utf-8") as f:
-            na_probs = json.load(f)
+    na_probs = _read_json(args.na_prob_file, "no-answer probability file") if args.na_prob_file else None
     print(json.dumps(evaluate_v2(gold_from_dataset(data), preds, na_probs, args.na_prob_thresh), indent=2))
 
 
 if __name__ == "__main__":
-    main()
+    cli.run(main)

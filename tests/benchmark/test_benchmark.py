@@ -9,6 +9,7 @@ from bert_jax.benchmark import memory as benchmark_memory
 from bert_jax.benchmark import timing as benchmark
 from bert_jax.benchmark.flops import dense_mlm_flops, pretraining_flops, published_peak
 from bert_jax.model.config import BertConfig
+from input_pipeline.cli import UserError
 
 # Less LLVM optimisation: the step compiles in about half the time (its speed does not matter here).
 TINY = ["--size", "tiny", "--seq_len", "32", "--vocab_size", "512", "--mesh", "1,1,1",
@@ -160,7 +161,7 @@ def test_compare_with_hugging_face_on_a_tiny_model(tmp_path, monkeypatch):
 
 def test_compare_without_the_bench_extra_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "transformers", None)  # `import transformers` raises ImportError
-    with pytest.raises(SystemExit, match=r"needs transformers.*pip install -e '\.\[bench\]'"):
+    with pytest.raises(UserError, match=r"needs transformers.*pip install -e '\.\[bench\]'"):
         benchmark.main(["--size", "tiny", "--compare", "hf-torch,hf-flax", "--output", "",
                         "--reuse_host_memory", "default"])
 

@@ -1,5 +1,6 @@
 """Tests for pre-training example construction (examples.py, pretraining.py) and the data tool
-(create_pretraining_data.py): synthetic token documents, a tiny vocabulary, the gensim excerpt."""
+(create_pretraining_data.py, pretraining_shards.py): synthetic token documents, a tiny vocabulary,
+the gensim excerpt."""
 
 import collections
 import json
@@ -9,10 +10,12 @@ import random
 import numpy as np
 import pytest
 import tensorflow as tf
+from absl import flags
 
 from input_pipeline import create_pretraining_data as cpd
 from input_pipeline import masking, pretraining, sources
 from input_pipeline.examples import create_instances, instances_from_document
+from input_pipeline.pretraining_shards import shard_seed
 from input_pipeline.tokenizers import WordPieceTokenizer
 
 CLS, SEP = 1, 2
@@ -309,7 +312,7 @@ def test_tool_static_masks_and_reproduces(tiny_tok, tmp_path):
         docs = pretraining.tokenize_documents(sources.read_documents([str(f) for f in files[s::2]]),
                                               tiny_tok)
         feats = pretraining.build_examples(list(docs), tiny_tok, max_seq_length=48, dupe_factor=2,
-                                           seed=random.Random(cpd.shard_seed(9, s)))
+                                           seed=random.Random(shard_seed(9, s)))
         feats = pretraining.mask_features(feats, tiny_tok, cfg, seed=9, stream=s)
         for k, v in parsed.items():
             np.testing.assert_array_equal(v.numpy(), feats[k])
@@ -361,7 +364,7 @@ def test_cli(tiny_tok, tmp_path):
     argv = ["prog", f"--input={tmp_path}/part-0.txt,{tmp_path}/part-1.txt", f"--vocab={tiny_tok.vocab_file}",
             f"--output={tmp_path / 'out'}", "--max_seq_length=32", "--dupe_factor=1",
             "--objective=none", "--packing=full", "--num_shards=2", "--noprogress"]
-    fv = cpd.flags.FlagValues()  # a fresh set: the module defines no flags at import
+    fv = flags.FlagValues()  # a fresh set: the module defines no flags at import
     cpd.define_flags(fv)
     fv(argv)
     cpd.main([], fv)
