@@ -1,6 +1,6 @@
-"""``python -m bert_jax.benchmark``: see `bert_jax.benchmark.timing` for the usage."""
+"""``python -m bert_jax.benchmark``: see `bert_jax.benchmark.command` for the usage."""
 
-from bert_jax.benchmark.timing import main
+from bert_jax.benchmark.command import main
 from input_pipeline import cli
 
 cli.run(main)

@@ -1,4 +1,4 @@
-"""The command line of ``python -m bert_jax.benchmark`` (usage in bert_jax/benchmark/timing.py's docstring):
+"""The command line of ``python -m bert_jax.benchmark`` (usage in bert_jax/benchmark/command.py's docstring):
 ``parse_args``, and the checks of ``--compare`` and ``--variant`` (bert_jax/benchmark/compare.py)."""
 
 from __future__ import annotations
@@ -11,11 +11,12 @@ import sys
 from input_pipeline import cli
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    from bert_jax.benchmark import timing as benchmark  # its docstring is the usage text
+def parse_args(argv=None, usage: str = "") -> argparse.Namespace:
+    """``usage``: the command's docstring; its second paragraph (the example commands) is the description."""
     from bert_jax.model.config import SIZES
 
-    p = cli.ArgumentParser(prog="python -m bert_jax.benchmark", description=benchmark.__doc__.split("\n\n")[1],
+    examples = (usage.split("\n\n") + [""])[1] or None
+    p = cli.ArgumentParser(prog="python -m bert_jax.benchmark", description=examples,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     ints = lambda s: [int(x) for x in s.split(",") if x]  # noqa: E731
     p.add_argument("--size", default="base", choices=tuple(SIZES), help=" | ".join(SIZES))

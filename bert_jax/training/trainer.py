@@ -82,6 +82,9 @@ def vocab_size_of(config) -> int:
     from input_pipeline.package_data import resolve
     from input_pipeline.tokenizer_factory import load_tokenizer
 
+    if not config.data.get("vocab"):
+        raise ValueError("config.data.vocab is empty: set --config.data.vocab=PATH (a vocab.txt, a SentencePiece "
+                         ".model or a directory holding one)")
     return load_tokenizer(resolve(config.data.vocab)).vocab_size
 
 

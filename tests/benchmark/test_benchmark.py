@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
+from bert_jax.benchmark import command as benchmark
 from bert_jax.benchmark import memory as benchmark_memory
-from bert_jax.benchmark import timing as benchmark
 from bert_jax.benchmark.flops import dense_mlm_flops, pretraining_flops, published_peak
 from bert_jax.model.config import BertConfig
 from input_pipeline.cli import UserError
