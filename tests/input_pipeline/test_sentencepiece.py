@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from input_pipeline.package_data import PackageDataError, korean_constitution
 from input_pipeline.sentencepiece_tokenizer import SentencePieceTokenizer
-from input_pipeline.sources import split_sentences
+from input_pipeline.sentences import split_sentences
 from input_pipeline.tokenizer_factory import load_tokenizer
 from input_pipeline.tokenizers import WordPieceTokenizer
 from input_pipeline.vocab import VocabError

@@ -11,13 +11,13 @@ import tensorflow as tf
 
 from input_pipeline import sources, wikipedia
 from input_pipeline.package_data import PackageDataError, wikipedia_excerpt
+from input_pipeline.sentences import split_sentences
 from input_pipeline.sources import (
     SourceError,
     SourceReport,
     documents_dataset,
     list_files,
     read_documents,
-    split_sentences,
 )
 
 # --------------------------------------------------------------------------- sentence splitter

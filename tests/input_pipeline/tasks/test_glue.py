@@ -9,7 +9,8 @@ import pytest
 import tensorflow as tf
 
 from input_pipeline.tasks.base import TaskDataError
-from input_pipeline.tasks.glue import GLUE_TASKS, GlueExample, GlueTask, truncate_seq_pair
+from input_pipeline.tasks.glue import GLUE_TASKS, GlueExample, GlueTask
+from input_pipeline.tasks.glue_features import truncate_seq_pair
 from input_pipeline.tasks.metrics import glue_metrics, summarize_seeds
 from input_pipeline.tokenizers import WordPieceTokenizer
 
