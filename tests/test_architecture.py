@@ -1,6 +1,7 @@
 """The import arrows of the code, read with `ast` (nothing is imported): the data side never imports
-bert_jax, no two modules import each other (directly or around a loop), and each package imports only
-its own layer of `LAYERS` and those below. Imports inside functions count as much as top-level ones."""
+bert_jax, no two modules import each other (directly or around a loop), each package imports only its
+own layer of `LAYERS` and those below, and not the packages `FORBIDDEN` to it. Imports inside functions
+count as much as top-level ones. docs/architecture.md describes the layers."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).parents[1]
 
-# Lowest first. A module may import modules of its own row and of the rows above it. An entry names a
+# Lowest first. A module may import modules of its own row and of earlier rows. An entry names a
 # package (and everything under it) or a module; the longest entry that names a module decides its row.
 # A new package adds an entry (or a row): a module under no entry fails `test_every_module_has_a_layer`.
 LAYERS = (
@@ -23,6 +24,8 @@ LAYERS = (
     ("bert_jax.benchmark", "bert_jax.demo"),
     ("train", "configs"),
 )
+# Narrower than the rows (docs/architecture.md): packages that must not import some package below them.
+FORBIDDEN = {"bert_jax.config_args": ("input_pipeline",), "bert_jax.model": ("input_pipeline",)}
 # Imports that break a rule today (an upward import, or an edge that closes a cycle), each listed
 # as (importer, imported): why. Both checks ignore these edges; remove an entry when its import goes.
 EXCEPTIONS: dict[tuple[str, str], str] = {
@@ -81,13 +84,18 @@ def import_graph(root: Path, *, exceptions: bool = False) -> dict[str, list[tupl
             for m, edges in graph.items()}
 
 
+def under(module: str, entry: str) -> bool:
+    return module == entry or module.startswith(entry + ".")
+
+
+def entry_of(module: str) -> tuple[int, str] | None:
+    """(row, entry) of the longest `LAYERS` entry that names ``module``."""
+    found = [(i, e) for i, row in enumerate(LAYERS) for e in row if under(module, e)]
+    return max(found, key=lambda f: len(f[1])) if found else None
+
+
 def layer(module: str) -> int | None:
-    best = None
-    for i, row in enumerate(LAYERS):
-        for entry in row:
-            if (module == entry or module.startswith(entry + ".")) and (best is None or len(entry) > len(best[1])):
-                best = (i, entry)
-    return best[0] if best else None
+    return entry_of(module)[0] if entry_of(module) else None
 
 
 def where(root: Path, module: str, line: int) -> str:
@@ -107,6 +115,8 @@ def layer_violations(root: Path) -> list[str]:
                 bad.append(f"{where(root, m, line)}: the package root {m} imports {t}")
             elif t not in ROOTS and layer(t) > layer(m):
                 bad.append(f"{where(root, m, line)}: {m} (row {layer(m)} of LAYERS) imports {t} (row {layer(t)})")
+            elif any(under(t, f) for f in FORBIDDEN.get(entry_of(m)[1], ())):
+                bad.append(f"{where(root, m, line)}: {m} imports {t} (FORBIDDEN)")
     return bad
 
 
@@ -147,6 +157,7 @@ def test_every_module_has_a_layer():
     unlisted = [m for m in module_files(ROOT) if m not in ROOTS and layer(m) is None]
     assert not unlisted, f"modules under no entry of LAYERS (add a row or an entry): {unlisted}"
     assert all(layer(m) is not None for m, _ in EXCEPTIONS), "an EXCEPTIONS edge names an unknown module"
+    assert all(entry_of(p) == (layer(p), p) for p in FORBIDDEN), "a FORBIDDEN key is not an entry of LAYERS"
 
 
 def test_input_pipeline_never_imports_bert_jax():
@@ -197,8 +208,11 @@ def test_the_checks_catch_bad_imports(tmp_path):
         write(rel)
     write("bert_jax/model/layers.py", "import numpy\nfrom bert_jax.training import loop  # fine? no\n")
     write("bert_jax/training/optim.py", "from bert_jax.model import layers\nfrom input_pipeline import masking\n")
+    write("bert_jax/model/heads.py", "import jax\nimport input_pipeline.masking\n")
     assert layer_violations(tmp_path) == [
+        "bert_jax/model/heads.py:2: bert_jax.model.heads imports input_pipeline.masking (FORBIDDEN)",
         "bert_jax/model/layers.py:2: bert_jax.model.layers (row 2 of LAYERS) imports bert_jax.training.loop (row 3)"]
+    write("bert_jax/model/heads.py", "")
     write("bert_jax/model/layers.py", "def f():\n    from ..training.loop import x\n")
     assert layer_violations(tmp_path) == [
         "bert_jax/model/layers.py:2: bert_jax.model.layers (row 2 of LAYERS) imports bert_jax.training.loop (row 3)"]
