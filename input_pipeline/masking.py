@@ -26,7 +26,8 @@ Deliberate deviations from the original (documented so nobody "fixes" them back)
   position: a uniform random order like `rng.shuffle`, not the same random stream.
 
 All randomness comes from one `tf.random.stateless_uniform` draw per explicit seed of shape [2], so
-eager and graph results are identical. No per-token Python, no `tf.py_function`.
+eager and graph results are identical. No per-token Python, no `tf.py_function`. Which candidates
+are chosen (token by token or whole words) is `input_pipeline.mask_selection`.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
+
+from input_pipeline.mask_selection import select_tokens, select_whole_words
 
 _AUTOTUNE = tf.data.AUTOTUNE
 _UNROLL = 64  # per-row random draws unrolled in a graph at most this many at a time
@@ -168,8 +171,8 @@ def _mask_features(features, seed, cfg, is_continuation, max_rows: int | None = 
 
 
 def _chunked_draws(seed, length, static_length) -> tf.Tensor:
-    """[n, 3, length], row i = ``_draw([3, length], seed[i])``: a loop over unrolled chunks. Fully
-    unrolled, a batch of 1024 took 3 s to trace (5x this); a per-row loop runs 3-4x slower."""
+    """[n, 3, length], row i = ``_draw([3, length], seed[i])``: a loop over unrolled chunks (faster to
+    trace than one fully unrolled graph, faster to run than a per-row loop: docs/benchmarks.md)."""
     n = tf.shape(seed)[0]
     chunks = (n + _UNROLL - 1) // _UNROLL
     padded = tf.reshape(tf.pad(seed, [[0, chunks * _UNROLL - n], [0, 0]]), [chunks, _UNROLL, 2])
@@ -193,9 +196,9 @@ def _mask_batch(ids, real, cont, bits, cfg: MaskingConfig) -> dict:
                        tf.reduce_sum(tf.cast(cand, tf.int32), -1), cfg)  # [B]
     score = tf.bitwise.bitwise_and(bits[:, 0], 0x7FFFFFFF)  # >= 0 (non-candidates get -1 below)
     if cfg.whole_word:
-        selected = _select_whole_words(cand, cont, score, n)
+        selected = select_whole_words(cand, cont, score, n)
     else:
-        selected = _select_tokens(cand, score, n, num_slots)
+        selected = select_tokens(cand, score, n, num_slots)
 
     # 80/10/10 per chosen token.
     u = tf.cast(tf.bitwise.bitwise_and(bits[:, 1], 0xFFFFFF), tf.float32) * (1.0 / (1 << 24))
@@ -224,63 +227,6 @@ def _mask_batch(ids, real, cont, bits, cfg: MaskingConfig) -> dict:
     }
 
 
-def _select_tokens(cand, score, n, num_slots) -> tf.Tensor:
-    """The n highest-scoring candidates (a uniform random subset), as a [B, L] bool mask."""
-    length = tf.shape(cand)[1]
-    _, idx = tf.math.top_k(tf.where(cand, score, -1), k=tf.minimum(num_slots, length))
-    rank = tf.range(tf.shape(idx)[1])[None, :]
-    keep = (rank < n[:, None]) & tf.gather(cand, idx, batch_dims=1)
-    return _scatter_rows(idx, keep, length)
-
-
-def _scatter_rows(idx, flags, length) -> tf.Tensor:
-    """out[b, idx[b, j]] = flags[b, j] for unique idx per row; False elsewhere. [B, length]."""
-    rows = tf.broadcast_to(tf.range(tf.shape(idx)[0])[:, None], tf.shape(idx))
-    shape = tf.stack([tf.shape(idx)[0], length])
-    return tf.scatter_nd(tf.stack([rows, idx], -1), tf.cast(flags, tf.int32), shape) > 0
-
-
-def _select_whole_words(cand, cont, score, n) -> tf.Tensor:
-    """Greedy whole-word choice in random word order, skipping words that overflow the budget.
-
-    Vectorised replay of the original loop: in each round, all not-yet-visited words that fit the
-    remaining budget are accepted along a cumulative sum until the first one that overflows; that
-    word is skipped and the next round restarts after it with the smaller budget. A word skipped
-    in round t is longer than any budget after it, so there are at most max-word-length rounds.
-    """
-    batch, length = tf.shape(cand)[0], tf.shape(cand)[1]
-    prev_cand = tf.pad(cand[:, :-1], [[0, 0], [1, 0]])
-    start = cand & ~(cont & prev_cand)
-    word = tf.cumsum(tf.cast(start, tf.int32), axis=1) - 1  # word index of each token
-    offset = tf.range(batch)[:, None] * length
-    seg = tf.where(cand, word + offset, batch * length)  # non-candidates -> dump segment
-    num_seg = batch * length + 1
-    word_len = tf.math.unsorted_segment_sum(tf.cast(cand, tf.int32), seg, num_seg)[:-1]
-    word_score = tf.math.unsorted_segment_max(tf.where(start, score, -1), seg, num_seg)[:-1]
-    word_len = tf.reshape(word_len, [batch, length])
-    word_key = tf.where(word_len > 0, tf.reshape(word_score, [batch, length]), -1)
-    _, order = tf.math.top_k(word_key, k=length)  # random word order (empty words last)
-    sorted_len = tf.gather(word_len, order, batch_dims=1)
-    idx = tf.range(length)[None, :]
-
-    def body(accepted, ptr, budget, _):
-        elig = (idx >= ptr[:, None]) & (sorted_len > 0) & (sorted_len <= budget[:, None])
-        csum = tf.cumsum(tf.where(elig, sorted_len, 0), axis=1)
-        acc = elig & (csum <= budget[:, None])
-        over = elig & (csum > budget[:, None])
-        has_over = tf.reduce_any(over, axis=1)
-        first_over = tf.argmax(tf.cast(over, tf.int32), axis=1, output_type=tf.int32)
-        budget = budget - tf.reduce_sum(tf.where(acc, sorted_len, 0), axis=1)
-        ptr = tf.where(has_over, first_over + 1, length)
-        return accepted | acc, ptr, budget, tf.reduce_any(has_over & (budget > 0))
-
-    init = (tf.zeros_like(cand), tf.zeros([batch], tf.int32), n, tf.constant(True))
-    accepted, _, _, _ = tf.while_loop(lambda *s: s[3], body, init)
-    # Back from sorted-word order to word index, then to tokens.
-    accepted_word = _scatter_rows(order, accepted, length)
-    return cand & tf.gather(accepted_word, tf.maximum(word, 0), batch_dims=1)
-
-
 def mask_dataset(ds: tf.data.Dataset, cfg: MaskingConfig, *, seed: int,
                  epoch: int | tf.Tensor = 0,
                  continuation_table: ContinuationTable | None = None,
@@ -292,7 +238,7 @@ def mask_dataset(ds: tf.data.Dataset, cfg: MaskingConfig, *, seed: int,
     (seed, epoch) always reproduces the same one, whatever `num_parallel_calls` or `micro_batch`:
     element i equals `mask_example(element_i, example_seed(seed, epoch, i), cfg)`.
     Single examples ([L]) with fully static shapes are masked `micro_batch` at a time (batch, mask
-    with per-row seeds, unbatch; about 5x faster than a per-example map); other single examples
+    with per-row seeds, unbatch; faster than a per-example map, docs/benchmarks.md); other single examples
     are mapped one by one. Already-batched elements ([B, L]) get one seed per batch (i = batch
     index), i.e. `mask_example(batch_i, example_seed(seed, epoch, i), cfg)`.
 

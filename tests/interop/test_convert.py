@@ -235,15 +235,8 @@ def test_name_table_covers_every_parameter():
     assert len(hf) == len(set(hf))  # one-to-one
 
 
-GOLDEN_TINY = "tiny_bert"
-
-
-def test_pytorch_bin_read_without_torch_matches_safetensors():
-    from tests.conftest import GOLDEN
-
-    d = GOLDEN / GOLDEN_TINY
-    if not (d / "pytorch_model.bin").exists():
-        pytest.skip("tests/golden/tiny_bert missing: run `make golden`")
+def test_pytorch_bin_read_without_torch_matches_safetensors(golden_file):
+    d = golden_file("tiny_bert/pytorch_model.bin").parent
     from safetensors.numpy import load_file
 
     from bert_jax.interop.torch_pickle import load_state_dict
@@ -255,15 +248,11 @@ def test_pytorch_bin_read_without_torch_matches_safetensors():
         np.testing.assert_array_equal(from_bin[k], from_st[k], err_msg=k)
 
 
-def test_tiny_pretraining_heads_match_transformers():
+def test_tiny_pretraining_heads_match_transformers(golden_file):
     """MLM and NSP logits of a random tiny BertForPreTraining equal transformers' (fp32)."""
-    from tests.conftest import GOLDEN
-
-    ref_file = GOLDEN / GOLDEN_TINY / "tiny_bert_outputs.npz"
-    if not ref_file.exists():
-        pytest.skip("tests/golden/tiny_bert missing: run `make golden`")
+    ref_file = golden_file("tiny_bert/tiny_bert_outputs.npz")
     ref = dict(np.load(ref_file))
-    ckpt = pretrained.read_checkpoint(f"hf:{GOLDEN / GOLDEN_TINY}")
+    ckpt = pretrained.read_checkpoint(f"hf:{ref_file.parent}")
     model = pretrained.build_model(ckpt, config=ckpt.config.deterministic())
     out = nnx.jit(lambda m, a, b, c: m(a, b, c))(
         model, *(jnp.asarray(ref[k]) for k in ("input_ids", "attention_mask", "token_type_ids")))

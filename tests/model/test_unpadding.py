@@ -17,7 +17,6 @@ from bert_jax.training import trainer
 from input_pipeline.packing import pack_examples
 from input_pipeline.synthetic import SyntheticBatches
 from input_pipeline.unpadding import token_index, with_token_index
-from tests.training.test_trainer import tiny_config
 
 # A large initialiser so that attention depends on which tokens it sees (as in test_packing).
 CFG = BertConfig.from_size("tiny", vocab_size=97, max_position_embeddings=32, initializer_range=0.5)
@@ -116,7 +115,7 @@ def test_unpadding_refuses_what_it_cannot_do():
                       schedule=lambda s: 0.1, accumulation_steps=2)
 
 
-def test_trainer_with_unpad_multiple(tmp_path, caplog):
+def test_trainer_with_unpad_multiple(tmp_path, caplog, tiny_config):
     """Data parallel over the 8 fake devices: each shard's real tokens; the loss matches padded."""
     caplog.set_level("INFO")
     last = trainer.run(tiny_config(steps=2, eval_every=0, unpad_multiple=4), tmp_path / "unpadded")

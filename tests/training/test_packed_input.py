@@ -11,8 +11,6 @@ from bert_jax.training import trainer
 from bert_jax.training.checkpoints import read_params
 from bert_jax.training.metric_writer import read_metrics
 from input_pipeline.dataset import make_pretraining_dataset
-from tests.input_pipeline.test_dataset import assert_batches_equal, config
-from tests.input_pipeline.test_dataset import data as data  # noqa: F401  (the module-scoped fixture)
 
 ROWS, K = 4, 3
 # Text input (the fixture's shards hold near-full examples of 32 tokens: nothing to pack), built
@@ -21,8 +19,16 @@ L, P = 64, 10
 TEXT = dict(max_seq_length=L, max_predictions_per_seq=P, short_seq_prob=0.5, pack_examples=K)
 
 
-def packed_config(data, masking="dynamic", **overrides):
-    return config(data, data / "corpus" / "*.txt", masking, **{**TEXT, **overrides})
+@pytest.fixture(scope="module")
+def packed_config(pretraining_data, pretraining_config):
+    """``packed_config(masking="dynamic", **data_overrides)``: `TEXT` packed input over the corpus of the
+    pretraining_data fixture (tests/fixtures/pretraining_data.py)."""
+
+    def packed_config(masking="dynamic", **overrides):
+        data = pretraining_data
+        return pretraining_config(data, data / "corpus" / "*.txt", masking, **{**TEXT, **overrides})
+
+    return packed_config
 
 
 def examples_of(packed) -> list[bytes]:
@@ -56,8 +62,8 @@ def stream(source, n) -> list[bytes]:
 
 
 @pytest.mark.parametrize("masking", ["static", "dynamic"])
-def test_every_example_is_packed_once_in_order(data, masking):
-    packed = make_pretraining_dataset(packed_config(data, masking), batch_size=ROWS)
+def test_every_example_is_packed_once_in_order(packed_config, masking):
+    packed = make_pretraining_dataset(packed_config(masking), batch_size=ROWS)
     batches = []
     while packed.state()["epoch"] == 0 or len(batches) < 12:  # across an epoch boundary
         batches.append(next(packed))
@@ -72,8 +78,8 @@ def test_every_example_is_packed_once_in_order(data, masking):
     assert sum(map(len, seen)) > 1.3 * ROWS * len(batches)  # rows hold more than one example on average
 
 
-def test_packed_position_resumes_exactly(data):
-    c = packed_config(data)
+def test_packed_position_resumes_exactly(packed_config, assert_batches_equal):
+    c = packed_config()
     straight = make_pretraining_dataset(c, batch_size=ROWS)
     straight.source.EPOCHS_PER_ITERATOR = 1  # a new tf.data iterator per epoch changes nothing
     expected, states = [], []
@@ -92,9 +98,9 @@ def test_packed_position_resumes_exactly(data):
         assert resumed.state() == states[k + 1]
 
 
-def test_packed_and_unpacked_positions_are_not_mixed(data):
-    packed = make_pretraining_dataset(packed_config(data), batch_size=ROWS)
-    plain = make_pretraining_dataset(packed_config(data, pack_examples=0), batch_size=ROWS)
+def test_packed_and_unpacked_positions_are_not_mixed(packed_config):
+    packed = make_pretraining_dataset(packed_config(), batch_size=ROWS)
+    plain = make_pretraining_dataset(packed_config(pack_examples=0), batch_size=ROWS)
     next(packed), next(plain)
     with pytest.raises(ValueError, match="saved without packing"):
         packed.restore(plain.state())
@@ -102,8 +108,8 @@ def test_packed_and_unpacked_positions_are_not_mixed(data):
         plain.restore(packed.state())
 
 
-def train_config(data, steps):
-    c = packed_config(data, pack_examples=2)
+def train_config(packed_config, steps):
+    c = packed_config(pack_examples=2)
     c.model.update(max_position_embeddings=L)
     c.batch_size, c.num_train_steps, c.mesh_shape = 8, steps, (-1, 1, 1)
     c.optimizer.update(num_train_steps=4, warmup_steps=1, learning_rate=1e-3)
@@ -111,25 +117,26 @@ def train_config(data, steps):
     return c
 
 
-def test_trainer_on_packed_rows_resumes_exactly(data, tmp_path):
+def test_trainer_on_packed_rows_resumes_exactly(packed_config, tmp_path):
     """4 steps straight; then checkpoint 4 is removed and the run resumes from 2: the same step 4."""
-    trainer.run(train_config(data, 4), tmp_path)
+    trainer.run(train_config(packed_config, 4), tmp_path)
     rows = read_metrics(tmp_path, "train")
     assert all(r["examples"] > 8 for r in rows)  # 8 rows, more examples
     assert all(r["examples_per_sec"] == pytest.approx(r["examples"] * r["steps_per_sec"]) for r in rows)
     straight, where = read_params(tmp_path)
     assert where.name == "4"
     shutil.rmtree(where)
-    trainer.run(train_config(data, 4), tmp_path)  # resumes from checkpoint 2
+    trainer.run(train_config(packed_config, 4), tmp_path)  # resumes from checkpoint 2
     resumed, where = read_params(tmp_path)
     assert where.name == "4"
     for k in straight:
         np.testing.assert_array_equal(straight[k], resumed[k], err_msg=k)
 
 
-def test_pipeline_benchmark_packs(data):
+def test_pipeline_benchmark_packs(pretraining_data):
     from bert_jax.benchmark import pipeline as benchmark
 
+    data = pretraining_data
     result = benchmark.main(["--source", str(data / "corpus" / "*.txt"), "--vocab", str(data / "vocab.txt"),
                              "--max_seq_length", str(L), "--batch_size", str(ROWS), "--batches", "3",
                              "--pack_examples", str(K), "--json"])["pipeline"]

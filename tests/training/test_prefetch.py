@@ -12,7 +12,6 @@ import pytest
 from bert_jax.training import trainer
 from bert_jax.training.checkpoints import read_params
 from bert_jax.training.prefetch import DevicePrefetch
-from tests.training.test_trainer import tiny_config
 
 
 class Counting:
@@ -59,7 +58,7 @@ def test_input_errors_reach_the_training_loop():
         DevicePrefetch(Counting(), jax.device_put, size=0)
 
 
-def test_trainer_same_with_and_without_prefetch(tmp_path):
+def test_trainer_same_with_and_without_prefetch(tmp_path, tiny_config):
     """Prefetching changes no number. (Resuming with it, which needs the position of the batches
     consumed rather than read ahead, is tests/test_trainer.py's test_resume_is_exact: its config
     prefetches 2.)"""

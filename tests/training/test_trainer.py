@@ -1,6 +1,5 @@
 """The pre-training loop on synthetic batches: outputs, exact resume, NaN stop, SIGTERM."""
 
-import importlib.util
 import json
 import os
 import signal
@@ -18,29 +17,8 @@ from bert_jax.training.metric_writer import read_metrics
 ROOT = Path(__file__).parents[2]
 
 
-def load_config(name: str, arg: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "configs" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config(arg)
-
-
-def tiny_config(steps=6, **kw):
-    c = load_config("pretrain", "size=tiny,runlocal,synthetic")
-    c.model.update(vocab_size=101, max_position_embeddings=32)
-    c.data.update(max_seq_length=16, max_predictions_per_seq=4)
-    c.batch_size = 8
-    c.num_train_steps = steps
-    c.optimizer.update(num_train_steps=6, warmup_steps=2)
-    c.log_every, c.checkpoint_every, c.eval_every, c.eval_steps = 2, 3, 3, 2
-    c.mesh_shape = (-1, 1, 1)  # data-parallel over the 8 fake CPU devices
-    for k, v in kw.items():
-        c[k] = v
-    return c
-
-
 @pytest.fixture(scope="module")
-def straight_run(tmp_path_factory):
+def straight_run(tmp_path_factory, tiny_config):
     workdir = tmp_path_factory.mktemp("straight")
     last = trainer.run(tiny_config(), workdir)
     return workdir, last
@@ -60,7 +38,7 @@ def test_outputs(straight_run):
     assert list((workdir / "tensorboard" / "train").glob("events.out.tfevents.*"))
 
 
-def test_resume_is_exact(straight_run, tmp_path):
+def test_resume_is_exact(straight_run, tmp_path, tiny_config):
     """Stopped at step 3 and resumed, the run reaches the same parameters at step 6."""
     workdir, _ = straight_run
     trainer.run(tiny_config(steps=3), tmp_path)
@@ -75,7 +53,7 @@ def test_resume_is_exact(straight_run, tmp_path):
     np.testing.assert_allclose(resumed[-1]["loss"], read_metrics(workdir, "train")[-1]["loss"], rtol=1e-6)
 
 
-def test_rng_impl_picks_the_dropout_prng(straight_run, tmp_path):
+def test_rng_impl_picks_the_dropout_prng(straight_run, tmp_path, tiny_config):
     """config.rng_impl=rbg (XLA's RngBitGenerator for the dropout keys) trains: other dropout masks
     from the same seed, so another loss than the default threefry2x32 run's."""
     workdir, _ = straight_run
@@ -84,7 +62,7 @@ def test_rng_impl_picks_the_dropout_prng(straight_run, tmp_path):
     assert threefry["step"] == 2 and np.isfinite(rbg["train"]["loss"]) and rbg["train"]["loss"] != threefry["loss"]
 
 
-def test_nan_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
+def test_nan_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch, tiny_config):
     from input_pipeline.synthetic import SyntheticBatches
 
     original = SyntheticBatches.__next__
@@ -101,7 +79,7 @@ def test_nan_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit()) == ["3"]
 
 
-def test_sigterm_saves_and_exits(tmp_path, monkeypatch):
+def test_sigterm_saves_and_exits(tmp_path, monkeypatch, tiny_config):
     from input_pipeline.synthetic import SyntheticBatches
 
     original = SyntheticBatches.__next__
@@ -120,7 +98,7 @@ def test_sigterm_saves_and_exits(tmp_path, monkeypatch):
     assert where.name == "2"
 
 
-def test_every_config_builds_abstractly():
+def test_every_config_builds_abstractly(load_config):
     """Each shipped pre-training configuration builds its model and optimizer state abstractly."""
     from bert_jax.training import sharding as sh
 

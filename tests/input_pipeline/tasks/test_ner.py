@@ -1,7 +1,5 @@
-"""NER (CoNLL-2003): file parsing, IOB1 → BIO, featurize, conlleval-style metrics, predictions file.
-
-Metric expectations are computed by hand from conlleval's chunk rules (comments show the chunks).
-"""
+"""NER (input_pipeline/tasks/ner.py, CoNLL-2003): file parsing, IOB1 → BIO, the TFDS source, evaluation
+and the conlleval predictions file; the sample files hold tests/fixtures/task_files.py's CONLL_VALID."""
 
 from __future__ import annotations
 
@@ -14,40 +12,8 @@ import pytest
 import tensorflow as tf
 
 from input_pipeline.tasks.base import TaskDataError
-from input_pipeline.tasks.ner import CONLL2003_LABELS, NerExample, NerTask, iob1_to_bio
+from input_pipeline.tasks.ner import CONLL2003_LABELS, NerTask, iob1_to_bio
 from input_pipeline.tasks.ner_metrics import entities, ner_scores
-from input_pipeline.tokenizers import WordPieceTokenizer
-
-# IOB1 as in the CoNLL-2003 release: I- starts an entity; B- only between two adjacent ones.
-VALID = """\
--DOCSTART- -X- -X- O
-
-EU NNP B-NP I-ORG
-rejects VBZ B-VP O
-German JJ B-NP I-MISC
-call NN I-NP O
-to TO B-VP O
-boycott VB I-VP O
-British JJ B-NP I-MISC
-lamb NN I-NP O
-. . O O
-
-Peter NNP B-NP I-PER
-Blackburn NNP I-NP I-PER
-
--DOCSTART- -X- -X- O
-
-BRUSSELS NNP B-NP I-LOC
-1996-08-22 CD I-NP O
-
-Results NNS B-NP O
-: : O O
-Ajax NNP B-NP I-ORG
-Amsterdam NNP I-NP I-ORG
-PSV NNP B-NP B-ORG
-Eindhoven NNP I-NP I-ORG"""  # no final newline: the last sentence ends with the file
-# Gold entities: ORG EU, MISC German, MISC British | PER Peter Blackburn | LOC BRUSSELS |
-# ORG Ajax Amsterdam, ORG PSV Eindhoven: 7 in all, 19 words.
 
 BAD = """\
 -DOCSTART- -X- -X- O
@@ -70,82 +36,12 @@ Arab NNP I-NP I-LOC
 Emirates NNPS I-NP I-LOC
 """  # line 8: 3 columns; line 11: unknown tag B-PERSON
 
-VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "eu", "rejects", "german", "call", "to",
-         "boycott", "british", "lamb", ".", "peter", "black", "##burn", "said", "brussels",
-         "results", ":", "ajax", "amsterdam", "psv", "eindhoven", "un", "##believ", "##ably"]
-ID = {t: i for i, t in enumerate(VOCAB)}
-
-
-@pytest.fixture(scope="module")
-def tok(tmp_path_factory) -> WordPieceTokenizer:
-    path = tmp_path_factory.mktemp("vocab") / "vocab.txt"
-    path.write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
-    return WordPieceTokenizer(path)
-
-
-@pytest.fixture
-def conll_dir(tmp_path) -> Path:
-    for name in ("train.txt", "valid.txt", "test.txt"):
-        (tmp_path / name).write_text(VALID, encoding="utf-8")
-    return tmp_path
-
-
-def one_hot_logits(task, features, seed=0):
-    """Logits whose argmax is the gold label at first sub-tokens and noise elsewhere."""
-    rng = np.random.default_rng(seed)
-    logits = rng.normal(size=(*features["input_ids"].shape, task.num_labels)).astype(np.float32)
-    rows, cols = np.nonzero(features["label_mask"])
-    logits[rows, cols] = 0.0
-    logits[rows, cols, features["label_ids"][rows, cols]] = 10.0
-    return logits
-
 
 def set_word(task, features, logits, example, word, tag):
     (row, col), = zip(*np.nonzero((features["example_index"][:, None] == example)
                                    & (features["word_index"] == word)), strict=True)
     logits[row, col] = 0.0
     logits[row, col, task.label_names.index(tag)] = 10.0
-
-
-# ---- metrics ----
-
-@pytest.mark.parametrize("tags, chunks", [
-    (["B-PER", "I-PER", "O", "B-LOC"], [("PER", 0, 1), ("LOC", 3, 3)]),
-    (["O", "I-PER", "I-PER", "O"], [("PER", 1, 2)]),  # I- without B- starts a chunk
-    (["I-ORG", "O"], [("ORG", 0, 0)]),  # ... also at the start
-    (["B-PER", "I-LOC", "I-LOC"], [("PER", 0, 0), ("LOC", 1, 2)]),  # type change inside
-    (["I-PER", "B-PER", "I-PER"], [("PER", 0, 0), ("PER", 1, 2)]),  # IOB1 adjacent entities
-    (["B-MISC", "B-MISC"], [("MISC", 0, 0), ("MISC", 1, 1)]),
-    (["O", "B-MISC", "I-MISC"], [("MISC", 1, 2)]),  # entity at the end of the sentence
-    (["S-PER", "B-LOC", "E-LOC", "E-LOC"], [("PER", 0, 0), ("LOC", 1, 2), ("LOC", 3, 3)]),  # IOBES
-    (["PER", "PER", "O", "LOC"], [("PER", 0, 1), ("LOC", 3, 3)]),  # IO (no prefix)
-    (["O", "O"], []),
-    ([], []),
-])
-def test_entities(tags, chunks):
-    assert entities(tags) == chunks
-
-
-def test_ner_scores_hand_computed():
-    gold = [["B-PER", "I-PER", "O", "B-LOC"],  # PER(0,1) LOC(3,3)
-            ["B-ORG", "I-ORG", "O", "O", "B-MISC"]]  # ORG(0,1) MISC(4,4)
-    pred = [["B-PER", "I-PER", "O", "B-ORG"],  # PER(0,1) ok, ORG(3,3) wrong type
-            ["B-ORG", "O", "O", "O", "B-MISC"]]  # ORG(0,0) wrong end, MISC(4,4) ok
-    s = ner_scores(gold, pred)
-    assert s["precision"] == s["recall"] == s["f1"] == pytest.approx(0.5)  # 2 of 4, 2 of 4
-    assert s["accuracy"] == pytest.approx(7 / 9)
-    assert (s["f1_PER"], s["f1_MISC"], s["f1_LOC"], s["f1_ORG"]) == (1.0, 1.0, 0.0, 0.0)
-    assert (s["precision_ORG"], s["recall_ORG"], s["recall_LOC"]) == (0.0, 0.0, 0.0)
-
-    s = ner_scores([["B-PER", "I-PER", "O", "B-LOC", "O", "B-ORG"]],
-                   [["B-PER", "I-PER", "O", "O", "O", "O"]])
-    assert (s["precision"], s["recall"], s["f1"]) == pytest.approx((1.0, 1 / 3, 0.5))
-    # Chunks never cross sentences: each I-PER is its own entity, so these match exactly.
-    assert ner_scores([["I-PER"], ["I-PER"]], [["B-PER"], ["B-PER"]])["f1"] == 1.0
-    assert ner_scores([["B-PER", "I-PER"]], [["B-PER", "B-PER"]])["f1"] == 0.0
-    assert ner_scores([["O"]], [["O"]])["f1"] == 0.0  # no entities: 0/0 counts as 0
-    with pytest.raises(ValueError, match="sentence 0: 2 gold tags but 1"):
-        ner_scores([["O", "O"]], [["O"]])
 
 
 def test_iob1_to_bio_keeps_entities():
@@ -248,64 +144,6 @@ def test_tfds_source_mocked():
     assert ex[1].location == "tfds:conll2003:dev#1 word 0"
 
 
-# ---- features ----
-
-def test_featurize_first_subtoken_labels(tok):
-    task = NerTask("tfds")
-    ex = [NerExample(("Peter", "Blackburn", "\u200b", "said"), ("B-PER", "I-PER", "O", "O")),
-          NerExample(("EU",), ("B-ORG",))]
-    f = task.featurize(ex, tok, 10)
-    assert sorted(f) == ["example_index", "input_ids", "input_mask", "label_ids", "label_mask",
-                         "segment_ids", "word_index"]
-    assert all(v.dtype == np.int32 and len(v) == 2 for v in f.values())
-    # "Blackburn" → black ##burn; the zero-width space tokenizes to nothing → [UNK].
-    ids = [ID[t] for t in ["[CLS]", "peter", "black", "##burn", "[UNK]", "said", "[SEP]", "[PAD]"]]
-    assert f["input_ids"][0].tolist() == ids + [0, 0]
-    assert f["input_mask"][0].tolist() == [1] * 7 + [0] * 3
-    assert f["word_index"][0].tolist() == [-1, 0, 1, -1, 2, 3, -1, -1, -1, -1]
-    assert f["label_mask"][0].tolist() == [0, 1, 1, 0, 1, 1, 0, 0, 0, 0]
-    assert f["label_ids"][0].tolist() == [0, 1, 2, 0, 0, 0, 0, 0, 0, 0]  # B-PER=1, I-PER=2
-    assert f["input_ids"][1, :3].tolist() == [ID["[CLS]"], ID["eu"], ID["[SEP]"]]
-    assert f["label_ids"][1, 1] == 3 and f["example_index"].tolist() == [0, 1]
-    assert not f["segment_ids"].any()
-    with pytest.raises(ValueError, match="max_seq_length must be >= 3"):
-        task.featurize(ex, tok, 2)
-
-
-def test_featurize_splits_long_sentences(tok):
-    task = NerTask("tfds")
-    ex = [NerExample(("EU", "Peter", "Blackburn", "said", "unbelievably", "lamb"),
-                     ("B-ORG", "B-PER", "I-PER", "O", "O", "O"))]
-    f = task.featurize(ex, tok, 6)  # 4 pieces a row: [EU peter black ##burn] [said un ##believ] [lamb]
-    assert f["example_index"].tolist() == [0, 0, 0]
-    assert f["word_index"].tolist() == [[-1, 0, 1, 2, -1, -1], [-1, 3, 4, -1, -1, -1],
-                                        [-1, 5, -1, -1, -1, -1]]
-    assert f["input_ids"][1].tolist() == [ID[t] for t in ["[CLS]", "said", "un", "##believ", "##ably",
-                                                          "[SEP]"]]
-    f = task.featurize(ex, tok, 4)  # 2 pieces a row; "unbelievably" keeps un ##believ
-    assert f["word_index"][:, 1].tolist() == [0, 2, 3, 4, 5] and f["word_index"][0, 2] == 1
-    assert f["input_ids"][3].tolist() == [ID[t] for t in ["[CLS]", "un", "##believ", "[SEP]"]]
-    # Every word still gets exactly one prediction.
-    assert task.evaluate(ex, f, {"logits": one_hot_logits(task, f)})["f1"] == 1.0
-
-
-def test_featurize_matches_per_word_tokenization_minilm(conll_dir, minilm_dir):
-    real = WordPieceTokenizer(minilm_dir / "vocab.txt")
-    task = NerTask(data_dir=conll_dir)
-    ex = task.load("dev")
-    f = task.featurize(ex, real, 8)
-    for row in range(len(f["input_ids"])):
-        e, starts = f["example_index"][row], np.flatnonzero(f["word_index"][row] >= 0)
-        ends = [*starts[1:], f["input_mask"][row].sum() - 1]
-        for s, t in zip(starts, ends, strict=True):
-            j = f["word_index"][row, s]
-            want = real.tokenize(tf.constant([ex[e].words[j]]))[0].numpy().tolist()
-            assert f["input_ids"][row, s:t].tolist() == want[:6]
-            assert task.label_names[f["label_ids"][row, s]] == ex[e].tags[j]
-    covered = {(e, j) for e, wi in zip(f["example_index"], f["word_index"], strict=True) for j in wi if j >= 0}
-    assert covered == {(e, j) for e, x in enumerate(ex) for j in range(len(x.words))}
-
-
 # ---- evaluation and predictions ----
 
 def read_conlleval(path: Path) -> tuple[list[list[str]], list[list[str]]]:
@@ -324,10 +162,10 @@ def read_conlleval(path: Path) -> tuple[list[list[str]], list[list[str]]]:
     return gold, pred
 
 
-def test_round_trip_logits_to_file_to_metric(conll_dir, tok, tmp_path):
+def test_round_trip_logits_to_file_to_metric(conll_dir, ner_tok, tmp_path, one_hot_logits):
     task = NerTask(data_dir=conll_dir)
     ex = task.load("dev")
-    f = task.featurize(ex, tok, 16)
+    f = task.featurize(ex, ner_tok, 16)
     logits = one_hot_logits(task, f)
     s = task.evaluate(ex, f, {"logits": logits})
     assert (s["precision"], s["recall"], s["f1"], s["accuracy"]) == (1.0, 1.0, 1.0, 1.0)
@@ -352,10 +190,10 @@ def test_round_trip_logits_to_file_to_metric(conll_dir, tok, tmp_path):
     assert sorted(p.name for p in path.parent.iterdir()) == ["predictions_dev.txt"]
 
 
-def test_evaluate_rejects_mismatched_outputs(conll_dir, tok):
+def test_evaluate_rejects_mismatched_outputs(conll_dir, ner_tok, one_hot_logits):
     task = NerTask(data_dir=conll_dir)
     ex = task.load("dev")
-    f = task.featurize(ex, tok, 16)
+    f = task.featurize(ex, ner_tok, 16)
     with pytest.raises(ValueError, match=r"logits must be \[N, L, 9\]"):
         task.evaluate(ex, f, {"logits": np.zeros((*f["input_ids"].shape, 5))})
     logits = one_hot_logits(task, f)

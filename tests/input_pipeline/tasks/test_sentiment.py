@@ -146,15 +146,10 @@ def test_make_task_builds_the_sentiment_family(tmp_path):
         make_task({"family": "nope"})
 
 
-def test_real_review_file_counts():
+def test_real_review_file_counts(movie_review_file):
     """The vaderSentiment file: 10,605 lines, 37 scored 0; every 10th line is dev."""
-    from input_pipeline.package_data import PackageDataError
-
-    try:
-        task = SentimentTask("pkg:movie_reviews")
-        train, dev = task.load("train"), task.load("dev")
-    except PackageDataError as e:
-        pytest.skip(f"vaderSentiment unavailable: {e}")
+    task = SentimentTask("pkg:movie_reviews")  # the file movie_review_file fetched
+    train, dev = task.load("train"), task.load("dev")
     assert (len(train), len(dev)) == (9514, 1054)
     assert sum(e.label for e in dev) == 533 and task.skipped == {"train": 0, "dev": 0}
     assert all(int(e.id) % 10 == 0 for e in dev)

@@ -1,0 +1,126 @@
+"""The data tool (input_pipeline/create_pretraining_data.py, pretraining_shards.py): shards rebuilt
+from the public pieces, independent of the worker count, different masks per dupe, the command line,
+and the real Wikipedia excerpt end to end."""
+
+import collections
+import json
+import os
+import random
+
+import numpy as np
+import tensorflow as tf
+from absl import flags
+
+from input_pipeline import create_pretraining_data as cpd
+from input_pipeline import pretraining, sources
+from input_pipeline.pretraining_shards import shard_seed
+from input_pipeline.tokenizers import WordPieceTokenizer
+
+
+def read_shards(out_dir, max_seq_length, p=None, compression=None):
+    files = sorted(f for f in os.listdir(out_dir) if f.startswith("pretrain-"))
+    result = {}
+    for f in files:
+        raw = list(tf.data.TFRecordDataset(str(out_dir / f), compression).as_numpy_iterator())
+        result[f] = (raw, pretraining.parse_examples(raw, max_seq_length, p) if raw else None)
+    return result
+
+
+def test_tool_static_masks_and_reproduces(tiny_tok, tmp_path, write_token_corpus):
+    files = write_token_corpus(tmp_path)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "pretrain-00003-of-00009.tfrecord.tmp-dead").write_bytes(b"half")
+    kw = dict(max_seq_length=48, max_predictions_per_seq=6, dupe_factor=2, num_shards=2,
+              random_seed=9, objective="nsp", whole_word_mask=True, progress=False)
+    summary = cpd.create_pretraining_data(str(tmp_path / "part-*.txt"), str(tmp_path / "out"),
+                                          tiny_tok, **kw)
+    names = sorted(os.listdir(tmp_path / "out"))
+    assert names == ["config.json", "pretrain-00000-of-00002.tfrecord",
+                     "pretrain-00001-of-00002.tfrecord", "summary.json"]  # no .tmp, stale gone
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["max_seq_length"] == 48 and config["max_predictions_per_seq"] == 6
+    assert config["masked"] and summary["documents"] == 40 and summary["input_files"] == 5
+    shards = read_shards(tmp_path / "out", 48, 6)
+    assert summary["examples"] == sum(len(raw) for raw, _ in shards.values())
+    # Shard s = files s, s+2, ... (files >= shards): rebuild it from the public pieces.
+    cfg = pretraining.masking_config(tiny_tok, max_predictions_per_seq=6, whole_word=True)
+    for s, (_, parsed) in enumerate(shards.values()):
+        docs = pretraining.tokenize_documents(sources.read_documents([str(f) for f in files[s::2]]),
+                                              tiny_tok)
+        feats = pretraining.build_examples(list(docs), tiny_tok, max_seq_length=48, dupe_factor=2,
+                                           seed=random.Random(shard_seed(9, s)))
+        feats = pretraining.mask_features(feats, tiny_tok, cfg, seed=9, stream=s)
+        for k, v in parsed.items():
+            np.testing.assert_array_equal(v.numpy(), feats[k])
+    masked = sum(int(p["masked_lm_weights"].numpy().sum()) for _, p in shards.values())
+    assert masked == summary["masked_tokens"] > 0
+
+
+def test_tool_independent_of_workers(tiny_tok, tmp_path, write_token_corpus):
+    write_token_corpus(tmp_path, num_files=3, docs_per_file=6)
+    outs = {}
+    for workers in (1, 2):
+        out = tmp_path / f"out{workers}"
+        cpd.create_pretraining_data(str(tmp_path / "*.txt"), str(out), tiny_tok, num_shards=4,
+                                    num_workers=workers, max_seq_length=32, masking="none",
+                                    objective="sop", progress=False, dupe_factor=1)
+        outs[workers] = {f: raw for f, (raw, _) in read_shards(out, 32).items()}
+        assert not [f for f in os.listdir(out) if ".tmp" in f]
+    assert outs[1] == outs[2] and len(outs[1]) == 4
+    assert all(outs[1].values())  # 3 files < 4 shards: documents spread over every shard
+    first = pretraining.parse_examples(outs[1]["pretrain-00000-of-00004.tfrecord"], 32)
+    assert "masked_lm_ids" not in first
+    # Different seed → different data; re-run into the same directory replaces everything.
+    cpd.create_pretraining_data(str(tmp_path / "*.txt"), str(tmp_path / "out1"), tiny_tok,
+                                num_shards=1, random_seed=1, max_seq_length=32, masking="none",
+                                compression="gzip", progress=False)
+    again = read_shards(tmp_path / "out1", 32, compression="GZIP")
+    assert list(again) == ["pretrain-00000-of-00001.tfrecord.gz"]
+
+
+def test_static_dupes_get_different_masks(tiny_tok, tmp_path, write_token_corpus):
+    write_token_corpus(tmp_path, num_files=1, docs_per_file=10)
+    cpd.create_pretraining_data(str(tmp_path / "*.txt"), str(tmp_path / "out"), tiny_tok,
+                                objective="none", packing="doc", short_seq_prob=0.0,
+                                dupe_factor=3, max_seq_length=40, progress=False)
+    (_, p), = read_shards(tmp_path / "out", 40, 20).values()
+    ids, pos = p["input_ids"].numpy(), p["masked_lm_positions"].numpy()
+    orig = ids.copy()
+    np.put_along_axis(orig, pos, p["masked_lm_ids"].numpy(), 1)  # weight-0 slots: pos 0 = [CLS]
+    orig[:, 0] = ids[:, 0]
+    groups = collections.defaultdict(list)
+    for row, o in enumerate(orig):
+        groups[o.tobytes()].append(tuple(pos[row]))
+    assert all(len(g) == 3 for g in groups.values())  # the same packed examples in every pass
+    assert sum(len(set(g)) > 1 for g in groups.values()) >= 0.9 * len(groups)
+
+
+def test_cli(tiny_tok, tmp_path, write_token_corpus):
+    write_token_corpus(tmp_path, num_files=2, docs_per_file=4)
+    argv = ["prog", f"--input={tmp_path}/part-0.txt,{tmp_path}/part-1.txt", f"--vocab={tiny_tok.vocab_file}",
+            f"--output={tmp_path / 'out'}", "--max_seq_length=32", "--dupe_factor=1",
+            "--objective=none", "--packing=full", "--num_shards=2", "--noprogress"]
+    fv = flags.FlagValues()  # a fresh set: the module defines no flags at import
+    cpd.define_flags(fv)
+    fv(argv)
+    cpd.main([], fv)
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["documents"] == 8 and summary["examples"] > 0 and summary["masked_tokens"] > 0
+
+
+def test_wikipedia_excerpt_end_to_end(minilm_dir, wikipedia_dump, tmp_path):
+    dump = wikipedia_dump
+    tok = WordPieceTokenizer(minilm_dir / "vocab.txt")
+    summary = cpd.create_pretraining_data(str(dump), str(tmp_path), tok, num_shards=3,
+                                          dupe_factor=2, max_documents_per_file=12,
+                                          progress=False)
+    assert summary["documents"] == 12 and summary["source"]["filtered"]["redirect"] > 0
+    shards = read_shards(tmp_path, 128, 20)
+    assert len(shards) == 3 and all(raw for raw, _ in shards.values())
+    assert summary["examples"] == sum(len(raw) for raw, _ in shards.values()) > 200
+    assert 90 < summary["mean_tokens_per_example"] <= 128
+    assert 0.4 < summary["next_sentence_label_1_fraction"] < 0.65
+    assert 0.12 < summary["masked_tokens"] / summary["tokens"] < 0.16
+    _, parsed = shards["pretrain-00000-of-00003.tfrecord"]
+    text = " ".join(tok.id_to_token(parsed["input_ids"][0][parsed["input_mask"][0] > 0]))
+    assert text.startswith("[CLS]") and text.count("[SEP]") == 2

@@ -1,0 +1,222 @@
+"""The import arrows of the code, read with `ast` (nothing is imported): the data side never imports
+bert_jax, no two modules import each other (directly or around a loop), each package imports only its
+own layer of `LAYERS` and those below, and not the packages `FORBIDDEN` to it. Imports inside functions
+count as much as top-level ones. docs/architecture.md describes the layers."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).parents[1]
+
+# Lowest first. A module may import modules of its own row and of earlier rows. An entry names a
+# package (and everything under it) or a module; the longest entry that names a module decides its row.
+# A new package adds an entry (or a row): a module under no entry fails `test_every_module_has_a_layer`.
+LAYERS = (
+    ("input_pipeline",),
+    ("bert_jax.config_args",),
+    ("bert_jax.model",),
+    ("bert_jax.training",),
+    ("bert_jax.interop",),
+    ("bert_jax.finetuning",),
+    ("bert_jax.launch",),
+    ("bert_jax.benchmark", "bert_jax.demo"),
+    ("train", "configs"),
+)
+# Narrower than the rows (docs/architecture.md): packages that must not import some package below them.
+FORBIDDEN = {"bert_jax.config_args": ("input_pipeline",), "bert_jax.model": ("input_pipeline",)}
+# Imports that break a rule today (an upward import, or an edge that closes a cycle), each listed
+# as (importer, imported): why. Both checks ignore these edges; remove an entry when its import goes.
+EXCEPTIONS: dict[tuple[str, str], str] = {}
+# Package roots whose __init__ is not part of any row: they must import nothing of the project.
+ROOTS = ("bert_jax",)
+SOURCES = ("bert_jax", "input_pipeline", "configs", "train.py")
+
+
+def module_files(root: Path) -> dict[str, Path]:
+    """Dotted module name → file, for every module of `SOURCES` under ``root``."""
+    out = {}
+    for source in SOURCES:
+        for path in sorted((root / source).rglob("*.py")) if (root / source).is_dir() else [root / source]:
+            if path.exists():
+                parts = path.relative_to(root).with_suffix("").parts
+                out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def imports(name: str, path: Path, known: set[str]) -> list[tuple[str, int]]:
+    """(project module imported, line) for every import statement in the file, at any depth."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+
+    def resolve(dotted: str) -> str | None:  # the longest known module that ``dotted`` starts with
+        while dotted and dotted not in known:
+            dotted = dotted.rpartition(".")[0]
+        return dotted or None
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(resolve(alias.name), node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: up from the importing module's package
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(up + ([node.module] if node.module else []))
+            for alias in node.names:  # `from pkg import module` names the module itself
+                target = f"{base}.{alias.name}"
+                found.append((target if target in known else resolve(base), node.lineno))
+    return [(target, line) for target, line in found if target and target != name]
+
+
+def import_graph(root: Path, *, exceptions: bool = False) -> dict[str, list[tuple[str, int]]]:
+    """Module → [(imported module, line)]; the `EXCEPTIONS` edges only with ``exceptions=True``."""
+    files = module_files(root)
+    graph = {name: imports(name, path, set(files)) for name, path in files.items()}
+    return {m: [(t, line) for t, line in edges if exceptions or (m, t) not in EXCEPTIONS]
+            for m, edges in graph.items()}
+
+
+def under(module: str, entry: str) -> bool:
+    return module == entry or module.startswith(entry + ".")
+
+
+def entry_of(module: str) -> tuple[int, str] | None:
+    """(row, entry) of the longest `LAYERS` entry that names ``module``."""
+    found = [(i, e) for i, row in enumerate(LAYERS) for e in row if under(module, e)]
+    return max(found, key=lambda f: len(f[1])) if found else None
+
+
+def layer(module: str) -> int | None:
+    return entry_of(module)[0] if entry_of(module) else None
+
+
+def where(root: Path, module: str, line: int) -> str:
+    return f"{module_files(root)[module].relative_to(root)}:{line}"
+
+
+def data_side_violations(root: Path) -> list[str]:
+    return [f"{where(root, m, line)}: {m} imports {t}" for m, edges in import_graph(root).items()
+            if m.split(".")[0] == "input_pipeline" for t, line in edges if t.split(".")[0] == "bert_jax"]
+
+
+def layer_violations(root: Path) -> list[str]:
+    bad = []
+    for m, edges in import_graph(root).items():
+        for t, line in edges:
+            if m in ROOTS:
+                bad.append(f"{where(root, m, line)}: the package root {m} imports {t}")
+            elif t not in ROOTS and layer(t) > layer(m):
+                bad.append(f"{where(root, m, line)}: {m} (row {layer(m)} of LAYERS) imports {t} (row {layer(t)})")
+            elif any(under(t, f) for f in FORBIDDEN.get(entry_of(m)[1], ())):
+                bad.append(f"{where(root, m, line)}: {m} imports {t} (FORBIDDEN)")
+    return bad
+
+
+def find_cycle(graph: dict[str, list[tuple[str, int]]]) -> list[str] | None:
+    """One import cycle as its path (first module repeated at the end), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        path.append(m)
+        for t, _ in graph.get(m, ()):
+            if state.get(t) == 1:
+                return path[path.index(t):] + [t]
+            if t not in state and (cycle := visit(t)):
+                return cycle
+        path.pop()
+        state[m] = 2
+        return None
+
+    for m in sorted(graph):
+        if m not in state and (cycle := visit(m)):
+            return cycle
+    return None
+
+
+def cycle_message(root: Path) -> str | None:
+    graph = import_graph(root)
+    cycle = find_cycle(graph)
+    if cycle is None:
+        return None
+    lines = dict(((m, t), line) for m in graph for t, line in graph[m])
+    steps = [f"{a} -> {b} ({where(root, a, lines[a, b])})" for a, b in zip(cycle, cycle[1:], strict=False)]
+    return "import cycle: " + " -> ".join(cycle) + "\n  " + "\n  ".join(steps)
+
+
+def test_every_module_has_a_layer():
+    unlisted = [m for m in module_files(ROOT) if m not in ROOTS and layer(m) is None]
+    assert not unlisted, f"modules under no entry of LAYERS (add a row or an entry): {unlisted}"
+    assert all(layer(m) is not None for m, _ in EXCEPTIONS), "an EXCEPTIONS edge names an unknown module"
+    assert all(entry_of(p) == (layer(p), p) for p in FORBIDDEN), "a FORBIDDEN key is not an entry of LAYERS"
+
+
+def test_input_pipeline_never_imports_bert_jax():
+    bad = data_side_violations(ROOT)
+    assert not bad, "the data side must not import bert_jax:\n" + "\n".join(bad)
+
+
+def test_no_import_cycle():
+    message = cycle_message(ROOT)
+    assert message is None, message
+
+
+def test_layering():
+    bad = layer_violations(ROOT)
+    assert not bad, "imports against LAYERS (test_architecture.py):\n" + "\n".join(bad)
+
+
+def test_exceptions_are_still_needed():
+    """Each exception is an import the code still has, and it still breaks a rule: upward, or on a cycle."""
+    graph = import_graph(ROOT, exceptions=True)
+
+    def reaches(a: str, b: str) -> bool:
+        seen, todo = set(), [a]
+        while todo:
+            m = todo.pop()
+            if m == b:
+                return True
+            if m not in seen:
+                seen.add(m)
+                todo += [t for t, _ in graph.get(m, ())]
+        return False
+
+    edges = {(m, t) for m, targets in graph.items() for t, _ in targets}
+    for m, t in EXCEPTIONS:
+        assert (m, t) in edges, f"EXCEPTIONS: {m} no longer imports {t}: remove the entry"
+        assert layer(t) > layer(m) or reaches(t, m), f"EXCEPTIONS: {m} -> {t} breaks no rule: remove the entry"
+
+
+def test_the_checks_catch_bad_imports(tmp_path):
+    """On a small tree: an upward import (inside a function, relative), a data-side import of bert_jax
+    and a cycle are each reported with file:line; a clean tree is not."""
+    def write(rel: str, text: str = ""):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+
+    for rel in ("bert_jax/__init__.py", "bert_jax/model/__init__.py", "bert_jax/training/__init__.py",
+                "input_pipeline/__init__.py", "bert_jax/training/loop.py", "input_pipeline/masking.py"):
+        write(rel)
+    write("bert_jax/model/layers.py", "import numpy\nfrom bert_jax.training import loop  # fine? no\n")
+    write("bert_jax/training/optim.py", "from bert_jax.model import layers\nfrom input_pipeline import masking\n")
+    write("bert_jax/model/heads.py", "import jax\nimport input_pipeline.masking\n")
+    assert layer_violations(tmp_path) == [
+        "bert_jax/model/heads.py:2: bert_jax.model.heads imports input_pipeline.masking (FORBIDDEN)",
+        "bert_jax/model/layers.py:2: bert_jax.model.layers (row 2 of LAYERS) imports bert_jax.training.loop (row 3)"]
+    write("bert_jax/model/heads.py", "")
+    write("bert_jax/model/layers.py", "def f():\n    from ..training.loop import x\n")
+    assert layer_violations(tmp_path) == [
+        "bert_jax/model/layers.py:2: bert_jax.model.layers (row 2 of LAYERS) imports bert_jax.training.loop (row 3)"]
+    assert cycle_message(tmp_path) is None and data_side_violations(tmp_path) == []
+    write("input_pipeline/masking.py", "\n\nimport bert_jax.training.optim as o\n")
+    assert data_side_violations(tmp_path) == [
+        "input_pipeline/masking.py:3: input_pipeline.masking imports bert_jax.training.optim"]
+    assert cycle_message(tmp_path) == (
+        "import cycle: bert_jax.training.optim -> input_pipeline.masking -> bert_jax.training.optim\n"
+        "  bert_jax.training.optim -> input_pipeline.masking (bert_jax/training/optim.py:2)\n"
+        "  input_pipeline.masking -> bert_jax.training.optim (input_pipeline/masking.py:3)")
+    write("bert_jax/model/layers.py", "")
+    write("input_pipeline/masking.py", "")
+    assert not layer_violations(tmp_path) and cycle_message(tmp_path) is None
