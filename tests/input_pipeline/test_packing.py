@@ -49,7 +49,7 @@ def test_pack_examples_layout():
             assert packed["example_ids"][r, start] == k + 1 and (start == 0 or packed["example_ids"][r, start - 1] == k)
             i = [j for j in range(used)
                  if lengths[j] == len(tokens) and (batch["input_ids"][j, : len(tokens)] == tokens).all()]
-            assert len(i) == 1 and packed["next_sentence_labels"][r, k] == batch["next_sentence_labels"][i[0], 0]
+            assert len(i) == 1 and packed["next_sentence_labels"][r, k] == batch["next_sentence_labels"][i[0]]
     real = packed["masked_lm_weights"] > 0
     np.testing.assert_array_equal(np.take_along_axis(packed["input_ids"], packed["masked_lm_positions"], 1)[real] > 0,
                                   True)  # predictions point at real tokens

@@ -29,7 +29,7 @@ def make_batch(b=8, length=16, p=4, seed=0):
         "masked_lm_positions": np.sort(rng.choice(length, (b, p)), axis=1).astype(np.int32),
         "masked_lm_ids": rng.integers(5, CFG.vocab_size, (b, p)).astype(np.int32),
         "masked_lm_weights": np.ones((b, p), np.float32),
-        "next_sentence_labels": rng.integers(0, 2, (b, 1)).astype(np.int32),
+        "next_sentence_labels": rng.integers(0, 2, (b,)).astype(np.int32),
     }
 
 
