@@ -1,11 +1,12 @@
 """The training loop that pre-training and fine-tuning share.
 
-`start_job` does what every job does first (multi-host initialisation, TensorFlow kept off the
-accelerators, ``config.json`` in the workdir). `train_loop` runs a jitted step until the last step:
-it averages the step metrics over each logging window, shows progress, writes TensorBoard events and
-``metrics.jsonl``, stops on a NaN/Inf loss without saving after it, saves a checkpoint every
-``checkpoint_every`` steps and at the end, and on SIGTERM (preemption) saves the step it is at and
-returns. Evaluation and other per-job work happen in the ``after_step`` hook.
+`start_job` does what every job does first (multi-process initialisation, see
+`bert_jax.training.distributed`; TensorFlow kept off the accelerators; ``config.json`` in the
+workdir). `train_loop` runs a jitted step until the last step: it averages the step metrics over
+each logging window, shows progress, writes TensorBoard events and ``metrics.jsonl``, stops on a
+NaN/Inf loss without saving after it, saves a checkpoint every ``checkpoint_every`` steps and at
+the end, and on SIGTERM (preemption) saves the step it is at and returns. Evaluation and other
+per-job work happen in the ``after_step`` hook.
 """
 
 from __future__ import annotations
@@ -34,10 +35,10 @@ class TrainingDivergedError(RuntimeError):
 def start_job(config, workdir: str | Path):
     """Shared start of every job: multi-host initialisation, TensorFlow kept off accelerators,
     ``config.json`` written by process 0. Returns (workdir as a path, is process 0)."""
+    from bert_jax.training.distributed import initialize
     from input_pipeline import hide_accelerators_from_tf
 
-    if config.get("multihost", False):
-        jax.distributed.initialize()
+    initialize(config)
     hide_accelerators_from_tf()
     workdir = as_path(workdir)
     is_main = jax.process_index() == 0
