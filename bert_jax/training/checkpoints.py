@@ -93,9 +93,13 @@ def read_params(path: str | Path) -> tuple[dict, epath.Path]:
         if not steps:
             raise FileNotFoundError(f"{path}: no Orbax training checkpoint (expected checkpoints/<step>/state)")
         path = path / str(steps[0])
+    # Onto this process's host memory, whatever devices and processes wrote it (a pod's checkpoint
+    # on one machine): the saved shardings name devices that may not exist here.
+    host = jax.sharding.SingleDeviceSharding(jax.local_devices(backend="cpu")[0])
     with ocp.StandardCheckpointer() as ckptr:
         tree = ckptr.metadata(path / "state").item_metadata.tree
-        restored = ckptr.restore(path / "state", jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), tree))
+        restored = ckptr.restore(path / "state", jax.tree.map(
+            lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=host), tree))
     params = restored["params"] if isinstance(restored, dict) else restored.params
     return {k: np.asarray(v) for k, v in traverse_util.flatten_dict(params, sep="/").items()}, path
 
