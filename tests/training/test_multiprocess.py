@@ -44,7 +44,7 @@ def pretrain_config(corpus: str, steps: int):
     """The tiny model, batch 8 × length 32 of the text corpus, a loss every step, checkpoints every 2."""
     c = load_config("pretrain", "size=tiny,runlocal")
     c.model.update(max_position_embeddings=32)
-    c.data.update(input=f"{corpus}/*.txt", vocab=f"{corpus}/vocab.txt", max_seq_length=32,
+    c.data.update(input=f"{corpus}/text/*.txt", vocab=f"{corpus}/vocab.txt", max_seq_length=32,
                   max_predictions_per_seq=5, shuffle_buffer=100, eval_fraction=0.25)
     c.batch_size, c.num_train_steps = 8, steps
     c.optimizer.update(num_train_steps=8, warmup_steps=1)  # the same schedule for runs of any length
@@ -87,11 +87,11 @@ class Recording:
         return batch
 
 
-def job(distributed, corpus, workdir, steps=STEPS, glue=None, die=None, **overrides):
+def job(distributed, corpus, workdir, steps=STEPS, glue=None, die=None, overrides=None):
     """Runs in every process: pre-trains (resuming from ``workdir`` if it has a checkpoint; config
-    ``overrides``), then fine-tunes from it on ``glue``; returns what this process fed (also in
-    ``<workdir>.fed<process>.json``) and saw. ``die`` (process, batch): that process kills itself
-    when reading that batch."""
+    ``overrides`` as {"data.input": ...}), then fine-tunes from it on ``glue``; returns what this
+    process fed (also in ``<workdir>.fed<process>.json``) and saw. ``die`` (process, batch): that
+    process kills itself when reading that batch."""
     import jax
 
     from bert_jax import launch
@@ -117,7 +117,7 @@ def job(distributed, corpus, workdir, steps=STEPS, glue=None, die=None, **overri
 
     fe.predict = recording_predict
     c = pretrain_config(corpus, steps)
-    c.update(overrides)
+    c.update_from_flattened_dict(overrides or {})
     if several:
         c.multihost = True
         c.distributed.update(distributed)
@@ -141,7 +141,8 @@ def corpus(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("corpus")
     (root / "vocab.txt").write_text("\n".join(vocabulary()) + "\n")
-    write_corpus(root, num_files=3, docs_per_file=8)
+    (root / "text").mkdir()
+    write_corpus(root / "text", num_files=3, docs_per_file=8)
     return root
 
 
@@ -172,7 +173,7 @@ def test_two_processes(corpus, glue, tmp_path):
     (tmp_path / "resumed").mkdir()
     shutil.copytree(tmp_path / "two" / "checkpoints" / "2", tmp_path / "resumed" / "checkpoints" / "2")
     runs["resumed"] = run_processes(JOB, 2, dict(corpus=str(corpus), workdir=str(tmp_path / "resumed"), steps=8,
-                                                 die=(1, 4), eval_every=0, prefetch_batches=0),
+                                                 die=(1, 4), overrides={"eval_every": 0, "prefetch_batches": 0}),
                                     log_dir=tmp_path / "logs_resumed", devices_per_process=2, check=False)
     check_same_losses_and_own_rows(tmp_path, runs)
     check_exact_resume(tmp_path, runs)
@@ -303,3 +304,81 @@ def check_killed_process_stops_the_others(root, resumed):
         ckpt.close()
     assert latest in (4, 6)
     assert read_params(root / "resumed")[1].name == str(latest)
+
+
+def test_distributed_config_is_checked():
+    import ml_collections
+
+    from bert_jax.training import distributed
+
+    c = ml_collections.ConfigDict({"multihost": True, "distributed": distributed.default_config()})
+    c.distributed.update(coordinator_address="127.0.0.1:1234", num_processes=2, process_id=2)
+    with pytest.raises(ValueError, match=r"config.distributed.process_id=2 is not in \[0, num_processes=2\)"):
+        distributed.initialize(c)
+    assert [distributed._is_loopback(a) for a in ("127.0.0.1:80", "localhost:80", "[::1]:80", "10.0.0.1:80",
+                                                   "host-0:80")] == [True, True, True, False, False]
+
+
+def test_mesh_that_gives_a_process_other_rows_is_refused(monkeypatch):
+    """As if these 8 devices were one of two processes: with the batch on every device of the
+    process the rows are not its half of the batch."""
+    import jax
+
+    from bert_jax.training import sharding as sh
+
+    mesh = sh.make_mesh((1, 1, 8))
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    with pytest.raises(ValueError, match=r"devices hold 16 batch rows from 0 of 16, not one block of 8 rows"):
+        sh.process_block(mesh, sh.DEFAULT_RULES, 16)
+    with pytest.raises(ValueError, match="batch_size 15 is not divisible by 2 processes"):
+        sh.process_block(mesh, sh.DEFAULT_RULES, 15)
+
+
+@pytest.mark.slow  # ~60 s on 2 cores
+def test_four_processes_give_one_process_losses(corpus, tmp_path):
+    runs = {name: run_processes(JOB, n, dict(corpus=str(corpus), workdir=str(tmp_path / name)),
+                                log_dir=tmp_path / f"logs_{name}", devices_per_process=4 // n)
+            for name, n in (("one", 1), ("four", 4))}
+    a, b = metrics(tmp_path / "one"), metrics(tmp_path / "four")
+    assert [r["step"] for r in b] == [1, 2, 3, 4]
+    np.testing.assert_allclose([r["loss"] for r in b], [r["loss"] for r in a], rtol=0, atol=1e-5)
+    for step in range(STEPS):
+        rows = [r.value["fed"][step] for r in runs["four"]]
+        assert sum(rows, []) == runs["one"][0].value["fed"][step]  # process i: rows [2i, 2i + 2)
+
+
+@pytest.mark.slow  # ~60 s on 2 cores
+def test_uneven_shards_resume_each_process_position(corpus, tmp_path):
+    """Two TFRecord shards of 69 and 32 examples, one per process (4 rows a step each): process 1
+    starts its second epoch at step 9, so at step 10 the two positions differ; resumed there, each
+    process continues its own stream exactly."""
+    from bert_jax.training.checkpoints import Checkpointer, read_params
+    from input_pipeline import create_pretraining_data as cpd
+    from input_pipeline.tokenizers import WordPieceTokenizer
+
+    tokenizer = WordPieceTokenizer(corpus / "vocab.txt")
+    cpd.create_pretraining_data(f"{corpus}/text/*.txt", str(tmp_path / "shards"), tokenizer, masking="none",
+                                dupe_factor=1, max_seq_length=32, max_predictions_per_seq=5, num_shards=2,
+                                random_seed=3, progress=False)
+    overrides = {"data.input": str(tmp_path / "shards"), "data.eval_fraction": 0.0, "eval_every": 0,
+                 "checkpoint_every": 5, "optimizer.num_train_steps": 16}
+    straight = run_processes(JOB, 2, dict(corpus=str(corpus), workdir=str(tmp_path / "straight"), steps=12,
+                                          overrides=overrides), log_dir=tmp_path / "logs_straight")
+    ckpt = Checkpointer(tmp_path / "straight", async_save=False)
+    try:
+        assert ckpt.read_meta(10)["data_per_process"] == [{"kind": "pretraining", "epoch": 0, "batch": 10},
+                                                          {"kind": "pretraining", "epoch": 1, "batch": 2}]
+    finally:
+        ckpt.close()
+    shutil.copytree(tmp_path / "straight" / "checkpoints" / "10", tmp_path / "resumed" / "checkpoints" / "10")
+    resumed = run_processes(JOB, 2, dict(corpus=str(corpus), workdir=str(tmp_path / "resumed"), steps=12,
+                                         overrides=overrides), log_dir=tmp_path / "logs_resumed")
+    for p in (0, 1):
+        assert resumed[p].value["fed"][:2] == straight[p].value["fed"][10:12]
+    assert not set(sum(straight[0].value["fed"], [])) & set(sum(straight[1].value["fed"], []))  # own files
+    np.testing.assert_array_equal([r["loss"] for r in metrics(tmp_path / "resumed")],
+                                  [r["loss"] for r in metrics(tmp_path / "straight")][10:])
+    a, _ = read_params(tmp_path / "straight")
+    b, _ = read_params(tmp_path / "resumed")
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
