@@ -7,6 +7,10 @@ process i it calls ``pretrain(distributed=..., **kwargs)``, where ``distributed`
 127.0.0.1 at a free port, gloo collectives, short timeouts). The function's JSON-able return value
 comes back per process, with its exit status and its log. A global timeout kills every process
 still running; every child is killed when the call ends, whatever happens.
+
+The children do not share the tests' persistent compilation cache: JAX's cache keys differ between
+processes and only process 0 writes, so process 0 would load while the others compile, and gloo
+fails a collective that one process reaches more than 30 s before another.
 """
 
 from __future__ import annotations

@@ -89,8 +89,8 @@ def unpadded(place, config, mesh, rules):
     """``place`` that first adds ``token_index`` when ``config.unpad_multiple`` > 0."""
     multiple = config.get("unpad_multiple", 0)
     if multiple and jax.process_count() > 1:
-        raise ValueError("config.unpad_multiple needs a single process: every host would have to agree on "
-                         "each batch's number of real tokens")
+        raise ValueError("config.unpad_multiple needs a single process: every process would have to agree on "
+                         "each batch's number of real tokens while seeing only its own rows (docs/tpu.md)")
     if multiple and config.optimizer.accumulation_steps > 1:
         raise ValueError("config.unpad_multiple does not go with optimizer.accumulation_steps > 1")
     from input_pipeline.unpadding import adding_token_index
