@@ -63,10 +63,10 @@ def finetune_config(glue: str, init: str):
 
 class Recording:
     """The training input, recording a digest of every row it gives in ``fed`` and in the file
-    ``path`` (``die_at``: SIGKILL this process when asked for that batch)."""
+    ``path`` (``die_at``: send this process ``signum`` when asked for that batch)."""
 
-    def __init__(self, data, fed: list, path: str, die_at: int | None):
-        self.data, self.fed, self.path, self.die_at = data, fed, path, die_at
+    def __init__(self, data, fed: list, path: str, die_at: int | None, signum: int = signal.SIGKILL):
+        self.data, self.fed, self.path, self.die_at, self.signum = data, fed, path, die_at, signum
 
     def state(self):
         return self.data.state()
@@ -79,7 +79,7 @@ class Recording:
 
     def __next__(self):
         if len(self.fed) == self.die_at:
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), self.signum)
         batch = next(self.data)
         self.fed.append([hashlib.sha1(r.tobytes()).hexdigest()[:12] for r in batch["input_ids"]])
         with open(self.path, "w") as f:
@@ -90,8 +90,8 @@ class Recording:
 def job(distributed, corpus, workdir, steps=STEPS, glue=None, die=None, overrides=None):
     """Runs in every process: pre-trains (resuming from ``workdir`` if it has a checkpoint; config
     ``overrides`` as {"data.input": ...}), then fine-tunes from it on ``glue``; returns what this
-    process fed (also in ``<workdir>.fed<process>.json``) and saw. ``die`` (process, batch): that
-    process kills itself when reading that batch."""
+    process fed (also in ``<workdir>.fed<process>.json``) and saw. ``die`` (process, batch[, signal]):
+    that process sends itself SIGKILL (or that signal) when reading that batch."""
     import jax
 
     from bert_jax import launch
@@ -101,11 +101,12 @@ def job(distributed, corpus, workdir, steps=STEPS, glue=None, die=None, override
     several = distributed["num_processes"] > 1
     fed, original = [], trainer.make_input
     die_at = die[1] if die and die[0] == distributed["process_id"] else None
+    signum = signal.Signals[die[2]] if die and len(die) > 2 else signal.SIGKILL
 
     def recording(config, split, block=(0, 1)):
         data = original(config, split, block)
         path = f"{workdir}.fed{distributed['process_id']}.json"
-        return Recording(data, fed, path, die_at) if split == "train" else data
+        return Recording(data, fed, path, die_at, signum) if split == "train" else data
 
     trainer.make_input = recording
     outputs, predict = [], fe.predict
@@ -382,3 +383,25 @@ def test_uneven_shards_resume_each_process_position(corpus, tmp_path):
     b, _ = read_params(tmp_path / "resumed")
     for k in a:
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+@pytest.mark.slow  # ~30 s on 2 cores
+def test_preemption_of_one_process_stops_every_process_at_one_step(corpus, tmp_path):
+    """SIGTERM reaches process 1 only (as a pod's hosts get it at different times): JAX's
+    preemption service makes both stop after the same step, which both save; both exit normally."""
+    from bert_jax.training.checkpoints import Checkpointer
+
+    results = run_processes(JOB, 2, dict(corpus=str(corpus), workdir=str(tmp_path / "w"), steps=40,
+                                         die=(1, 2, "SIGTERM"), overrides={"eval_every": 0, "prefetch_batches": 0,
+                                                                           "checkpoint_every": 100}),
+                            log_dir=tmp_path / "logs")
+    ckpt = Checkpointer(tmp_path / "w", async_save=False)
+    try:
+        stopped = ckpt.latest_step()
+    finally:
+        ckpt.close()
+    assert stopped is not None and 3 <= stopped < 40
+    assert [len(r.value["fed"]) for r in results] == [stopped] * 2
+    assert metrics(tmp_path / "w")[-1]["step"] == stopped
+    for r in results:
+        assert f"SIGTERM received: saved a checkpoint at step {stopped}; exiting" in r.log
