@@ -335,7 +335,7 @@ def test_mesh_that_gives_a_process_other_rows_is_refused(monkeypatch):
         sh.process_block(mesh, sh.DEFAULT_RULES, 15)
 
 
-@pytest.mark.slow  # ~60 s on 2 cores
+@pytest.mark.slow  # ~55 s on 2 cores
 def test_four_processes_give_one_process_losses(corpus, tmp_path):
     runs = {name: run_processes(JOB, n, dict(corpus=str(corpus), workdir=str(tmp_path / name)),
                                 log_dir=tmp_path / f"logs_{name}", devices_per_process=4 // n)
@@ -348,7 +348,7 @@ def test_four_processes_give_one_process_losses(corpus, tmp_path):
         assert sum(rows, []) == runs["one"][0].value["fed"][step]  # process i: rows [2i, 2i + 2)
 
 
-@pytest.mark.slow  # ~60 s on 2 cores
+@pytest.mark.slow  # ~35 s on 2 cores
 def test_uneven_shards_resume_each_process_position(corpus, tmp_path):
     """Two TFRecord shards of 69 and 32 examples, one per process (4 rows a step each): process 1
     starts its second epoch at step 9, so at step 10 the two positions differ; resumed there, each
@@ -385,7 +385,7 @@ def test_uneven_shards_resume_each_process_position(corpus, tmp_path):
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
 
 
-@pytest.mark.slow  # ~30 s on 2 cores
+@pytest.mark.slow  # ~20 s on 2 cores
 def test_preemption_of_one_process_stops_every_process_at_one_step(corpus, tmp_path):
     """SIGTERM reaches process 1 only (as a pod's hosts get it at different times): JAX's
     preemption service makes both stop after the same step, which both save; both exit normally."""
