@@ -1,8 +1,8 @@
 """Runs a function in N JAX processes on this machine, as the processes of one multi-host job.
 
-`run_processes("tests.training.test_multiprocess:pretrain", 2, kwargs)` starts N Python processes
+`run_processes("tests.training.test_multiprocess:job", 2, kwargs)` starts N Python processes
 (``python -m tests.multiprocess SPEC``), each with K fake CPU devices and its own environment; in
-process i it calls ``pretrain(distributed=..., **kwargs)``, where ``distributed`` is the
+process i it calls ``job(distributed=..., **kwargs)``, where ``distributed`` is the
 ``config.distributed`` section that makes ``config.multihost`` join the others (coordinator on
 127.0.0.1 at a free port, gloo collectives, short timeouts). The function's JSON-able return value
 comes back per process, with its exit status and its log. A global timeout kills every process
@@ -80,7 +80,8 @@ def run_processes(target: str, num_processes: int, kwargs: dict | None = None, *
                          "JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2",
                          "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
                          **((env or [{}] * num_processes)[i])}
-            child_env.pop("PYTEST_XDIST_WORKER", None)
+            for name in ("PYTEST_XDIST_WORKER", "JAX_COMPILATION_CACHE_DIR"):
+                child_env.pop(name, None)
             logs.append(open(log_dir / f"log_{i}.txt", "wb"))  # noqa: SIM115 (closed in finally)
             procs.append(subprocess.Popen([sys.executable, "-m", "tests.multiprocess", str(log_dir / f"spec_{i}.json")],
                                           cwd=ROOT, env=child_env, stdout=logs[-1], stderr=subprocess.STDOUT,

@@ -6,7 +6,8 @@ dynamic masking) and fine-tuning it on GLUE RTE files.
 One process × 4 devices and two processes × 2 devices (same mesh, same global batch) give the same
 losses, each process feeding its own rows; a checkpoint written by two processes resumes exactly in
 two processes, restores into one process on another mesh and warm-starts fine-tuning; fine-tuning
-evaluation gathers every process's predictions; a killed process stops the others.
+evaluation gathers every process's predictions; a killed process stops the others. Slow: four
+processes; TFRecord shards whose per-process positions differ; SIGTERM on one process.
 """
 
 from __future__ import annotations
