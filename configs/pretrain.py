@@ -21,6 +21,7 @@ The paper on a Cloud TPU (batch 256, 1M steps; data prepared as in docs/data.md,
 import ml_collections
 
 from bert_jax.config_args import parse_arg
+from bert_jax.training.distributed import default_config as distributed_config
 from bert_jax.training.sharding import DEFAULT_RULES
 
 PAPER_STEPS = 1_000_000
@@ -54,7 +55,10 @@ def get_config(arg=None):
     # memory; "auto" reuses only when JAX runs on the CPU; "default" leaves glibc's malloc as it is.
     c.reuse_host_memory = "default"
     c.objective = args.objective
-    c.multihost = False  # True on multi-host TPU pod slices: jax.distributed.initialize()
+    # True on a pod slice or any job of several processes: jax.distributed.initialize() with
+    # c.distributed (empty fields are auto-detected on Cloud TPU; bert_jax/training/distributed.py).
+    c.multihost = False
+    c.distributed = distributed_config()
 
     c.model = ml_collections.ConfigDict(dict(
         size=args.size, vocab_size=30522,  # vocab_size comes from data.vocab unless data is synthetic

@@ -9,9 +9,11 @@
   ``pkg:wikipedia``): examples are built in memory at start-up (small corpora; prepare shards with
   ``create_pretraining_data`` for big ones).
 
-Every process reads its own share (files ``[process_index::process_count]``, or rows for in-memory
-examples). Order is a pure function of (seed, epoch): epoch e shuffles the file order and the
-examples with seeds derived from e, and dynamic masks use ``masking.example_seed(seed, e, i)``.
+Every process reads its own share: TFRecord files ``[process_index::process_count]`` (what it
+reads depends on the number of processes), or, for in-memory examples, its block of rows of each
+global batch (the global batches are the same for any number of processes). Order is a pure
+function of (seed, epoch): epoch e shuffles the file order and the examples with seeds derived
+from e, and dynamic masks use ``masking.example_seed(seed, e, i)``.
 The position is (epoch, batches consumed), so ``restore(state())`` replays exactly the batches an
 uninterrupted run would see (by skipping, before parsing and masking, the records already used).
 With ``config.data.pack_examples`` K > 0 the masked examples are packed, up to K per row
@@ -59,8 +61,12 @@ class PretrainingData:
     EPOCHS_PER_ITERATOR = 100
 
     def __init__(self, make_epoch, *, batch_size: int, mask_cfg: masking.MaskingConfig | None,
-                 continuation, seed: int, shuffle_buffer: int, parse=None):
+                 continuation, seed: int, shuffle_buffer: int, parse=None, block: tuple[int, int] = (0, 1)):
+        """``block`` (i, n): batches of ``batch_size * n`` examples are formed and this reader keeps
+        their rows ``[i * batch_size, (i + 1) * batch_size)`` (process i of n: the same global
+        batches for any n); (0, 1): every row."""
         self._make_epoch, self.batch_size, self.mask_cfg, self._parse = make_epoch, batch_size, mask_cfg, parse
+        self.block = block
         self._continuation, self.seed, self.shuffle_buffer = continuation, seed, shuffle_buffer
         self.epoch, self.batch = 0, 0
         self._it, self._it_end, self._it_batches = None, 0, 0
@@ -82,7 +88,11 @@ class PretrainingData:
         if self.shuffle_buffer > 1:
             ds = ds.shuffle(self.shuffle_buffer, seed=self.seed * 7919 + epoch, reshuffle_each_iteration=False)
         # Skip what was consumed before parsing and masking; index i keeps naming the same example.
-        ds = ds.enumerate().skip(skip_examples).batch(self.batch_size, drop_remainder=not whole)
+        i, n = self.block
+        ds = ds.enumerate().skip(skip_examples).batch(self.batch_size * n, drop_remainder=not whole)
+        if n > 1:  # this reader's rows of the global batch, before parsing and masking
+            lo, hi = i * self.batch_size, (i + 1) * self.batch_size
+            ds = ds.map(lambda index, x: (index[lo:hi], tf.nest.map_structure(lambda v: v[lo:hi], x)))
         return ds.map(lambda index, x: (epoch, index, x))
 
     def _dataset(self, epoch: int, skip_examples: int, num_epochs: int, whole: bool = False) -> tf.data.Dataset:
@@ -108,11 +118,17 @@ class PretrainingData:
         """Every example from (epoch, skip_examples) on, epoch after epoch, none dropped: yields
         (epoch, index [n] int64, features {key: [n, ...]}) with n <= batch_size (an epoch's last
         chunk may be short). For `input_pipeline.packing.PackedPretrainingData`."""
+        size = self.batch_size * self.block[1]
         while True:
             found = False
-            for e, index, features in self._dataset(epoch, skip_examples, self.EPOCHS_PER_ITERATOR, whole=True):
+            # From the start of the global batch that holds example ``skip_examples``, so that every
+            # block keeps its rows; this reader's examples before ``skip_examples`` are dropped.
+            for e, index, features in self._dataset(epoch, skip_examples // size * size, self.EPOCHS_PER_ITERATOR,
+                                                    whole=True):
                 found = True
-                yield int(e), index.numpy(), {k: v.numpy() for k, v in features.items()}
+                index = index.numpy()
+                keep = index >= (skip_examples if int(e) == epoch else 0)
+                yield int(e), index[keep], {k: v.numpy()[keep] for k, v in features.items()}
             if not found and skip_examples == 0:
                 raise ValueError(f"no examples in {self.EPOCHS_PER_ITERATOR} epochs of the input")
             epoch, skip_examples = epoch + self.EPOCHS_PER_ITERATOR, 0
@@ -124,14 +140,15 @@ class PretrainingData:
         while True:
             if self._it is None:
                 n = self.EPOCHS_PER_ITERATOR
-                self._it = iter(self._dataset(self.epoch, self.batch * self.batch_size, n))
+                self._it = iter(self._dataset(self.epoch, self.batch * self.batch_size * self.block[1], n))
                 self._it_end, self._it_batches = self.epoch + n, 0
             try:
                 epoch, _, batch = next(self._it)
                 break
             except StopIteration:
                 if self._it_batches == 0 and self.batch == 0:
-                    raise ValueError(f"not enough examples for one batch of {self.batch_size} per process") from None
+                    raise ValueError(f"not enough examples for one batch of {self.batch_size} per process "
+                                     f"({self.batch_size * self.block[1]} in all)") from None
                 self.epoch, self.batch, self._it = self._it_end, 0, None
         epoch = int(epoch)
         if epoch != self.epoch:
@@ -198,8 +215,7 @@ def make_pretraining_dataset(config, *, split: str = "train", batch_size: int, p
     else:
         if d.masking == "static":
             log.info("static masking of text input: examples are masked once, with epoch-0 seeds")
-        rows = _in_memory_examples(spec, tokenizer, d, split, config.objective)
-        rows = {k: v[process_index::process_count] for k, v in rows.items()}
+        rows = _in_memory_examples(spec, tokenizer, d, split, config.objective)  # all of them: see `block`
         if d.masking == "static":
             cfg = pretraining.masking_config(tokenizer, masked_lm_prob=d.masked_lm_prob,
                                              max_predictions_per_seq=d.max_predictions_per_seq,
@@ -210,7 +226,8 @@ def make_pretraining_dataset(config, *, split: str = "train", batch_size: int, p
             return tf.data.Dataset.from_tensor_slices(rows)
         parse = None
     data = PretrainingData(make_epoch, batch_size=batch_size, mask_cfg=mask_cfg, parse=parse,
-                           continuation=tokenizer.is_continuation, seed=seed, shuffle_buffer=d.shuffle_buffer)
+                           continuation=tokenizer.is_continuation, seed=seed, shuffle_buffer=d.shuffle_buffer,
+                           block=(0, 1) if files is not None else (process_index, process_count))
     if d.get("pack_examples", 0):  # K examples per row at most: rows of examples, not padding
         from input_pipeline.packing import PackedPretrainingData
 

@@ -22,7 +22,7 @@ from typing import NoReturn  # noqa: E402
 
 import pytest  # noqa: E402
 
-pytest_plugins = ("tests.fixtures.pretraining_data", "tests.fixtures.task_files")
+pytest_plugins = ("tests.fixtures.pretraining_data", "tests.fixtures.task_files", "tests.fixtures.multiprocess_job")
 
 ROOT = Path(__file__).parents[1]
 GOLDEN = Path(__file__).parent / "golden"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ml_collections
 
+from bert_jax.training.distributed import default_config as distributed_config
 from bert_jax.training.sharding import DEFAULT_RULES
 
 
@@ -21,7 +22,8 @@ def base_config(task: dict, *, size: str, max_seq_length: int, batch_size: int, 
     c.reuse_host_memory = "default"  # or "reuse"/"auto", read by train.py before JAX starts; see configs/pretrain.py
     c.rng_impl = "threefry2x32"  # dropout PRNG: threefry2x32 | rbg | unsafe_rbg; see configs/pretrain.py
     c.seeds = 1  # fine-tuning restarts (seeds seed, seed+1, ...): results.json gets median/mean/min/max
-    c.multihost = False
+    c.multihost = False  # several processes: see configs/pretrain.py
+    c.distributed = distributed_config()
     # "" = from scratch; a pre-training workdir, orbax:DIR, hf:DIR or tf:PREFIX (encoder only).
     c.init_checkpoint = ""
     c.vocab = ""  # default: the init_checkpoint's vocabulary

@@ -26,15 +26,6 @@ def cut_rows(features: dict, idx: np.ndarray, length_multiple: int, max_len: int
     return {k: v[:, :length] if k in PER_TOKEN else v for k, v in batch.items()}
 
 
-def local_rows(batch: dict) -> dict:
-    """This process's rows of a global batch (multi-host: each process feeds its slice)."""
-    n, p = jax.process_count(), jax.process_index()
-    if n == 1:
-        return batch
-    size = len(batch["input_ids"]) // n
-    return {k: v[p * size:(p + 1) * size] for k, v in batch.items()}
-
-
 def predict(eval_fn, params, features: dict, kind: str, batch_size: int, length_multiple: int,
             mesh, rules) -> tuple[dict, dict]:
     """Outputs for every row (feature order, padded back to the full length) and the loss sums."""
@@ -48,8 +39,8 @@ def predict(eval_fn, params, features: dict, kind: str, batch_size: int, length_
         pad = batch_size - len(idx)
         batch = {k: np.concatenate([v, np.zeros((pad, *v.shape[1:]), v.dtype)]) for k, v in batch.items()}
         batch["weight"] = (np.arange(batch_size) < len(idx)).astype(np.float32)
-        out, sums = eval_fn(params, sh.global_batch(local_rows(batch), mesh, rules))
-        if jax.process_count() > 1:
+        out, sums = eval_fn(params, sh.global_batch_from_host(batch, mesh, rules))
+        if jax.process_count() > 1:  # every process gets every row's outputs
             from jax.experimental import multihost_utils
 
             out = multihost_utils.process_allgather(out, tiled=True)

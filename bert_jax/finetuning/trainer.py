@@ -118,7 +118,7 @@ def train_one(config, workdir: Path, seed: int, task, cfg: BertConfig, warm, dat
     try:
         state = _initial_state(layout, ckpt, workdir, seed, warm)
         start = int(state.step)
-        batches = (sh.global_batch(fe.local_rows(train_batch(train, step, bs, seed, mult)), mesh, rules)
+        batches = (sh.global_batch_from_host(train_batch(train, step, bs, seed, mult), mesh, rules)
                    for step in range(start, total))
 
         def after_step(state, step: int) -> None:

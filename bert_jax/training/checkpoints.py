@@ -83,9 +83,13 @@ class Checkpointer:
 def read_tree(item: str | Path) -> dict[str, np.ndarray]:
     """An Orbax item restored on the host with the shapes and dtypes of its own metadata, flat
     (``{"a/b/c": np.ndarray}``)."""
+    # Onto this process's host memory, whatever devices and processes wrote it (a pod's checkpoint
+    # on one machine): the saved shardings name devices that may not exist here.
+    host = jax.sharding.SingleDeviceSharding(jax.local_devices(backend="cpu")[0])
     with ocp.StandardCheckpointer() as ckptr:
         tree = ckptr.metadata(item).item_metadata.tree
-        restored = ckptr.restore(item, jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), tree))
+        restored = ckptr.restore(item, jax.tree.map(
+            lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=host), tree))
     return {k: np.asarray(v) for k, v in traverse_util.flatten_dict(restored, sep="/").items()}
 
 

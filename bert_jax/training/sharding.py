@@ -111,3 +111,33 @@ def global_batch(local: dict[str, np.ndarray], mesh: Mesh, rules) -> dict[str, j
     """Each process's slice of the batch → global arrays (multi-host: every host feeds its rows)."""
     sharding = batch_sharding(mesh, rules)
     return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in local.items()}
+
+
+def process_block(mesh: Mesh, rules, batch_size: int) -> tuple[int, int]:
+    """(i, n): this process feeds rows ``[i * batch_size / n, (i + 1) * batch_size / n)`` of every
+    global batch, the rows its devices hold under the batch sharding (n = the number of processes).
+    A mesh that gives a process anything else (rows of several blocks, or rows that another process
+    also holds) is refused: each process reads its own share of the input."""
+    n = jax.process_count()
+    if n == 1:
+        return 0, 1
+    if batch_size % n:
+        raise ValueError(f"batch_size {batch_size} is not divisible by {n} processes")
+    local = batch_size // n
+    rows = set()
+    for index in batch_sharding(mesh, rules).addressable_devices_indices_map((batch_size,)).values():
+        rows.update(range(*index[0].indices(batch_size)))
+    first = min(rows)
+    if rows != set(range(first, first + local)) or first % local:
+        raise ValueError(
+            f"mesh {dict(mesh.shape)}: process {jax.process_index()}'s devices hold {len(rows)} batch rows from "
+            f"{first} of {batch_size}, not one block of {local} rows; put each process's devices on its own "
+            "rows of the 'batch' axes (e.g. the 'data' axis across processes)")
+    return first // local, n
+
+
+def global_batch_from_host(batch: dict[str, np.ndarray], mesh: Mesh, rules) -> dict[str, jax.Array]:
+    """A global batch that every process holds whole in host memory → global arrays (each
+    process places the rows of its own devices)."""
+    sharding = batch_sharding(mesh, rules)
+    return {k: jax.make_array_from_callback(v.shape, sharding, lambda index, v=v: v[index]) for k, v in batch.items()}

@@ -40,26 +40,48 @@ def model_config(config, vocab_size: int) -> BertConfig:
     return BertConfig.from_size(m.size, **{**overrides, "vocab_size": vocab_size})
 
 
-def make_input(config, split: str, process_index: int, process_count: int):
-    """An iterator of this process's share of the global batches, with ``state()``/``restore()``."""
-    if config.batch_size % process_count:
-        raise ValueError(f"batch_size {config.batch_size} is not divisible by {process_count} processes")
-    local = config.batch_size // process_count
+class BlockRows:
+    """Rows ``[i * rows, (i + 1) * rows)`` of every batch of ``source``; its position is the source's."""
+
+    def __init__(self, source, i: int, rows: int):
+        self.source, self.rows = source, slice(i * rows, (i + 1) * rows)
+
+    def state(self) -> dict:
+        return self.source.state()
+
+    def restore(self, state: dict) -> None:
+        self.source.restore(state)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        return {k: v[self.rows] for k, v in next(self.source).items()}
+
+
+def make_input(config, split: str, block: tuple[int, int] = (0, 1)):
+    """An iterator of this process's rows of the global batches, block i of n (`sh.process_block`),
+    with ``state()``/``restore()``. Synthetic and in-memory text input give the same global batches
+    for any n; TFRecord shards are split by file (process i reads files i::n)."""
+    i, n = block
+    if config.batch_size % n:
+        raise ValueError(f"batch_size {config.batch_size} is not divisible by {n} processes")
+    local = config.batch_size // n
     if config.data.kind == "synthetic":
         if config.data.get("pack_examples", 0):
             raise ValueError("config.data.pack_examples needs data.kind='pretraining' (synthetic batches "
                              "are not packed; the benchmark packs them with --packing K)")
-        seed = config.seed * 1000 + process_index + (7 if split == "eval" else 0)
         from input_pipeline.synthetic import SyntheticBatches
 
-        return SyntheticBatches(batch_size=local, seq_len=config.data.max_seq_length,
-                                max_predictions=config.data.max_predictions_per_seq,
-                                vocab_size=config.model.vocab_size, seed=seed)
+        batches = SyntheticBatches(batch_size=config.batch_size, seq_len=config.data.max_seq_length,
+                                   max_predictions=config.data.max_predictions_per_seq,
+                                   vocab_size=config.model.vocab_size,
+                                   seed=config.seed * 1000 + (7 if split == "eval" else 0))
+        return batches if n == 1 else BlockRows(batches, i, local)
     if config.data.kind == "pretraining":
         from input_pipeline.dataset import make_pretraining_dataset
 
-        return make_pretraining_dataset(config, split=split, batch_size=local,
-                                        process_index=process_index, process_count=process_count)
+        return make_pretraining_dataset(config, split=split, batch_size=local, process_index=i, process_count=n)
     raise ValueError(f"config.data.kind={config.data.kind!r}: expected 'pretraining' or 'synthetic'")
 
 
@@ -67,8 +89,8 @@ def unpadded(place, config, mesh, rules):
     """``place`` that first adds ``token_index`` when ``config.unpad_multiple`` > 0."""
     multiple = config.get("unpad_multiple", 0)
     if multiple and jax.process_count() > 1:
-        raise ValueError("config.unpad_multiple needs a single process: every host would have to agree on "
-                         "each batch's number of real tokens")
+        raise ValueError("config.unpad_multiple needs a single process: every process would have to agree on "
+                         "each batch's number of real tokens while seeing only its own rows (docs/tpu.md)")
     if multiple and config.optimizer.accumulation_steps > 1:
         raise ValueError("config.unpad_multiple does not go with optimizer.accumulation_steps > 1")
     from input_pipeline.unpadding import adding_token_index
@@ -122,18 +144,20 @@ def build_steps(config, model_cfg: BertConfig, mesh: Mesh) -> PretrainingSteps:
     return PretrainingSteps(layout, train_fn, eval_fn, mesh, rules, batch_sh, schedule)
 
 
-def gather_data_states(state: dict) -> list[dict]:
-    """Every process's input position (they differ on a pod: each reads its own files), so each
-    process resumes its own stream. Single process: ``[state]``."""
+def gather_data_states(state: dict, block: int = 0) -> list[dict]:
+    """Every process's input position (they differ on a pod: each reads its own files), in the
+    order of their input blocks (`sh.process_block`), so each process resumes its own stream.
+    Single process: ``[state]``."""
     if jax.process_count() == 1:
         return [state]
     from jax.experimental import multihost_utils
 
-    raw = json.dumps(state).encode()
+    raw = json.dumps([block, state]).encode()
     if len(raw) > 4096:
         raise ValueError(f"input pipeline state too large to gather ({len(raw)} bytes)")
     rows = multihost_utils.process_allgather(np.frombuffer(raw.ljust(4096), np.uint8))  # [processes, 4096]
-    return [json.loads(bytes(r).decode().strip()) for r in np.asarray(rows)]
+    rows = [json.loads(bytes(r).decode().strip()) for r in np.asarray(rows)]
+    return [s for _, s in sorted(rows, key=lambda row: row[0])]
 
 
 def evaluate(eval_fn, state, data, num_batches: int, mesh, rules) -> dict:
@@ -144,16 +168,16 @@ def evaluate(eval_fn, state, data, num_batches: int, mesh, rules) -> dict:
     return {k: float(v) for k, v in ts.summarize(jax.device_get(totals)).items()}
 
 
-def _initial_state(config, steps: PretrainingSteps, ckpt: Checkpointer, data):
+def _initial_state(config, steps: PretrainingSteps, ckpt: Checkpointer, data, block: tuple[int, int]):
     """The newest checkpoint in the workdir (exact resume, input position included), else
     ``init_checkpoint`` (phase 2 continues phase 1's state on new data), else a fresh state."""
     if ckpt.latest_step() is not None:
         state, meta = ckpt.restore(steps.layout.target())
         per_process = meta.get("data_per_process") or [meta["data"]]
-        if len(per_process) != jax.process_count():
+        if len(per_process) != block[1]:
             raise ValueError(f"{ckpt.directory}: saved by {len(per_process)} processes, resumed by "
-                             f"{jax.process_count()}; the input position cannot be carried over")
-        data.restore(per_process[jax.process_index()])
+                             f"{block[1]}; the input position cannot be carried over")
+        data.restore(per_process[block[0]])
         log.info("resumed from %s at step %d", ckpt.directory, int(state.step))
         return state
     if config.get("init_checkpoint"):
@@ -167,12 +191,12 @@ def _initial_state(config, steps: PretrainingSteps, ckpt: Checkpointer, data):
     return steps.layout.create(config.seed)
 
 
-def _eval_input(config):
+def _eval_input(config, block: tuple[int, int]):
     if not (config.eval_every and config.eval_steps):
         return None
     d = config.data
     if d.kind == "synthetic" or d.eval_input or d.eval_fraction:
-        return make_input(config, "eval", jax.process_index(), jax.process_count())
+        return make_input(config, "eval", block)
     log.warning("no held-out data (set config.data.eval_input to held-out shards): evaluation is off")
     return None
 
@@ -183,8 +207,9 @@ def run(config, workdir: str | Path) -> dict:
     model_cfg = model_config(config, vocab_size_of(config))
     steps = build_steps(config, model_cfg, sh.make_mesh(tuple(config.mesh_shape)))
     mesh, rules = steps.mesh, steps.rules
-    data = make_input(config, "train", jax.process_index(), jax.process_count())
-    eval_data = _eval_input(config)
+    block = sh.process_block(mesh, rules, config.batch_size)
+    data = make_input(config, "train", block)
+    eval_data = _eval_input(config, block)
     ckpt = Checkpointer(workdir, keep=config.keep_checkpoints)
     writer = MetricWriter(workdir, enabled=is_main)
     place = unpadded(functools.partial(sh.global_batch, mesh=mesh, rules=rules), config, mesh, rules)
@@ -192,7 +217,7 @@ def run(config, workdir: str | Path) -> dict:
     batches = None
     last = {}
     try:
-        state = _initial_state(config, steps, ckpt, data)
+        state = _initial_state(config, steps, ckpt, data, block)
         if prefetch:  # read, pack and place the next batches while the step runs
             from bert_jax.training.prefetch import DevicePrefetch
 
@@ -200,7 +225,7 @@ def run(config, workdir: str | Path) -> dict:
         total = config.num_train_steps
 
         def meta(step: int) -> dict:
-            states = gather_data_states((batches if prefetch else data).state())
+            states = gather_data_states((batches if prefetch else data).state(), block[0])
             return {"data": states[0], "data_per_process": states, "step": step, "model": dataclasses.asdict(model_cfg)}
 
         def after_step(state, step: int) -> None:

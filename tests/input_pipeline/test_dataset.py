@@ -134,6 +134,27 @@ def test_processes_read_disjoint_shares(pretraining_data, kind, pretraining_conf
             assert seen[i] <= set(mine) and len(seen[i]) == len(mine) // B * B
 
 
+def test_text_processes_take_blocks_of_the_same_global_batches(pretraining_data, pretraining_config,
+                                                               assert_batches_equal):
+    """In-memory text: process i of 2 gets rows [iB, (i+1)B) of the one-process batches of 2B (dynamic
+    masks included), across an epoch boundary, and resumes its own position."""
+    c = pretraining_config(pretraining_data, pretraining_data / "corpus" / "*.txt")
+    one = make_pretraining_dataset(c, batch_size=2 * B)
+    parts = [make_pretraining_dataset(c, batch_size=B, process_index=i, process_count=2) for i in (0, 1)]
+    seen, states = [], []
+    while one.epoch == 0 or one.batch < 2:
+        whole, halves = next(one), [next(p) for p in parts]
+        seen.append(halves[1])
+        states.append(parts[1].state())
+        assert parts[0].state() == states[-1] == one.state()
+        for k in whole:
+            np.testing.assert_array_equal(np.concatenate([h[k] for h in halves]), whole[k], err_msg=k)
+    assert len(seen) >= 4
+    resumed = make_pretraining_dataset(c, batch_size=B, process_index=1, process_count=2)
+    resumed.restore(states[-4])  # two batches before the epoch's end
+    assert_batches_equal([next(resumed), next(resumed), next(resumed)], seen[-3:])
+
+
 def test_clear_errors(pretraining_data, tmp_path, pretraining_config):
     data, config = pretraining_data, pretraining_config
     with pytest.raises(FileNotFoundError, match="matches no TFRecord files"):

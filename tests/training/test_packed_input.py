@@ -98,6 +98,25 @@ def test_packed_position_resumes_exactly(packed_config, assert_batches_equal):
         assert resumed.state() == states[k + 1]
 
 
+def test_packed_processes_read_disjoint_examples_and_resume(packed_config, assert_batches_equal):
+    """Process i of 2 packs the examples of its block of each global batch: none is packed by both
+    processes, and each resumes its own position (mid-batch positions included)."""
+    c = packed_config()
+    parts = [make_pretraining_dataset(c, batch_size=ROWS, process_index=i, process_count=2) for i in (0, 1)]
+    batches, states = [[], []], [[], []]
+    for _ in range(6):
+        for i, p in enumerate(parts):
+            batches[i].append(next(p))
+            states[i].append(p.state())
+    mine = [{x for b in batches[i] for x in examples_of(b)} for i in (0, 1)]
+    assert mine[0] and mine[1] and not mine[0] & mine[1]
+    assert states[0] != states[1]  # the processes' positions differ
+    for i in (0, 1):
+        resumed = make_pretraining_dataset(c, batch_size=ROWS, process_index=i, process_count=2)
+        resumed.restore(states[i][2])
+        assert_batches_equal([next(resumed), next(resumed)], batches[i][3:5])
+
+
 def test_packed_and_unpacked_positions_are_not_mixed(packed_config):
     packed = make_pretraining_dataset(packed_config(), batch_size=ROWS)
     plain = make_pretraining_dataset(packed_config(pack_examples=0), batch_size=ROWS)
