@@ -23,11 +23,13 @@ import functools
 import json
 import logging
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import jax
 import numpy as np
 from flax import nnx
+from jax.sharding import Mesh, NamedSharding
 
 from bert_jax.finetuning import evaluation as fe
 from bert_jax.finetuning import steps as fs
@@ -38,7 +40,7 @@ from bert_jax.training.loop import start_job, train_loop
 from bert_jax.training.metric_writer import MetricWriter
 from bert_jax.training.optim import make_optimizer
 from bert_jax.training.progress import Progress
-from bert_jax.training.state import state_layout
+from bert_jax.training.state import StateLayout, state_layout
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +81,33 @@ def _optimizer(config, steps: int):
     return make_optimizer({**opt, "warmup_steps": warmup, "num_train_steps": steps})
 
 
+@dataclasses.dataclass(frozen=True)
+class FinetuningSteps:
+    """The fine-tuning step as the trainer runs it: jitted with explicit shardings, state donated."""
+
+    layout: StateLayout
+    train_fn: Callable  # (state, batch, rng) -> (state, metrics)
+    eval_fn: Callable  # (params, batch) -> (outputs, metric sums)
+    mesh: Mesh
+    rules: tuple
+    batch_sharding: NamedSharding
+
+
+def build_steps(config, cfg: BertConfig, kind: str, num_labels: int, total: int, mesh: Mesh) -> FinetuningSteps:
+    """The optimizer for ``total`` steps, the task model's state layout under ``config.sharding_rules``
+    and the jitted steps (what `train_one` runs, and what ahead-of-time compilation compiles)."""
+    tx, schedule = _optimizer(config, total)
+    rules = tuple(tuple(r) for r in config.sharding_rules)
+    layout = state_layout(functools.partial(fs.make_model, cfg, kind, num_labels), tx, mesh, rules)
+    batch_sh = sh.batch_sharding(mesh, rules)
+    train_fn = jax.jit(functools.partial(fs.train_step, graphdef=layout.graphdef, tx=tx, schedule=schedule, kind=kind),
+                       in_shardings=(layout.shardings, batch_sh, None), out_shardings=(layout.shardings, None),
+                       donate_argnums=0)
+    eval_fn = jax.jit(functools.partial(fs.eval_step, graphdef=layout.graphdef, kind=kind),
+                      in_shardings=(layout.shardings.params, batch_sh))
+    return FinetuningSteps(layout, train_fn, eval_fn, mesh, rules, batch_sh)
+
+
 def _initial_state(layout, ckpt: Checkpointer, workdir: Path, seed: int, warm):
     """The run's newest checkpoint (exact resume), else a new state whose encoder comes from the
     warm start (heads fresh), else a new state from scratch."""
@@ -101,17 +130,8 @@ def train_one(config, workdir: Path, seed: int, task, cfg: BertConfig, warm, dat
     if n < bs:
         raise ValueError(f"{task.name}: {n} training features, fewer than one batch of {bs}")
     total = config.num_train_steps or math.ceil(config.num_train_epochs * n / bs)
-    tx, schedule = _optimizer(config, total)
-    mesh = sh.make_mesh(tuple(config.mesh_shape))
-    rules = tuple(tuple(r) for r in config.sharding_rules)
-    layout = state_layout(functools.partial(fs.make_model, cfg, task.kind, task.num_labels), tx, mesh, rules)
-    batch_sh = sh.batch_sharding(mesh, rules)
-    train_fn = jax.jit(functools.partial(fs.train_step, graphdef=layout.graphdef, tx=tx, schedule=schedule,
-                                         kind=task.kind),
-                       in_shardings=(layout.shardings, batch_sh, None), out_shardings=(layout.shardings, None),
-                       donate_argnums=0)
-    eval_fn = jax.jit(functools.partial(fs.eval_step, graphdef=layout.graphdef, kind=task.kind),
-                      in_shardings=(layout.shardings.params, batch_sh))
+    steps = build_steps(config, cfg, task.kind, task.num_labels, total, sh.make_mesh(tuple(config.mesh_shape)))
+    layout, train_fn, eval_fn, mesh, rules = steps.layout, steps.train_fn, steps.eval_fn, steps.mesh, steps.rules
     is_main = jax.process_index() == 0
     ckpt = Checkpointer(workdir, keep=config.keep_checkpoints)
     writer = MetricWriter(workdir, enabled=is_main)

@@ -38,6 +38,19 @@ FEATURE_KEYS = {
 MODEL_KEYS = ("input_ids", "input_mask", "segment_ids")
 
 
+def feature_shapes(kind: str, rows: int, length: int) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """``{key: (shape, dtype)}`` of ``rows`` features of a task of ``kind`` (the table above, without
+    ``example_index``): what a fine-tuning step is compiled for."""
+    if kind not in FEATURE_KEYS:
+        raise ValueError(f"unknown task kind {kind!r}; expected one of {KINDS}")
+    int32, per_token = np.dtype(np.int32), ("label_ids", "label_mask")
+    out = {k: ((rows, length), int32) for k in MODEL_KEYS}
+    for k in FEATURE_KEYS[kind]:
+        dtype = np.dtype(np.float32) if kind == "regression" else int32
+        out[k] = ((rows, length) if k in per_token else (rows,), dtype)
+    return out
+
+
 class TaskDataError(ValueError):
     """A malformed task file: the message names the file, line and what was expected."""
 

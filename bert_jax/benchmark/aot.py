@@ -1,0 +1,266 @@
+r"""Ahead-of-time compilation for real TPU topologies on a machine without a TPU.
+
+    python -m bert_jax.benchmark.aot --config configs/pretrain.py:size=large,phase=2 --topology v5e-256 \
+        [--config.mesh_shape='(1,-1,1)'] [--config.batch_size=512] [--config.model.dtype=bfloat16] \
+        [--find_max_batch] [--output aot.jsonl]
+    python -m bert_jax.benchmark.aot --config configs/squad.py:version=1.1 --topology v5e-1 \
+        --config.batch_size=32 --config.max_seq_length=384 --config.model.size=large
+
+It builds the step ``train.py`` would run for that config (pre-training: `trainer.build_steps`;
+fine-tuning: `finetuning.trainer.build_steps`; same sharding rules, optimizer-state shardings and
+batch shapes), lowers it for the topology's devices (`jax.experimental.topologies`, the real TPU
+compiler in ``libtpu``) and compiles it. Reported per chip: the compiler's memory (arguments,
+outputs, temporaries, generated code; the donated state counted once) against the chip's HBM; and
+the model FLOPs of a step with the step time they would take at 100% and at 50% MFU. These times are
+arithmetic on published peaks, not measurements and not a compiler estimate (libtpu's
+``cost_analysis`` returns a negative ``optimal_seconds`` and counts a scanned layer stack's FLOPs
+once). ``--find_max_batch`` searches the largest global batch whose compiled memory fits.
+
+Needs ``libtpu``: ``pip install -e '.[tpu]'`` (the ``jax[tpu]`` of the installed jax version).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import importlib.util
+import json
+import math
+import os
+import sys
+import time
+
+from input_pipeline import cli
+
+
+@dataclasses.dataclass(frozen=True)
+class Chip:
+    name: str
+    hbm_gib: float  # per chip (Cloud TPU system architecture pages)
+    peak_bf16: float  # dense bf16 FLOP/s per chip (same pages)
+    cores_per_chip: int  # the N of "v4-N" counts TensorCores on v4/v5p, chips on v5e/v6e
+    dims: int  # torus dimensions of the topology name
+
+
+CHIPS = {
+    "v4": Chip("TPU v4", 32, 275e12, 2, 3),
+    "v5e": Chip("TPU v5e", 16, 197e12, 1, 2),
+    "v5p": Chip("TPU v5p", 95, 459e12, 2, 3),
+    "v6e": Chip("TPU v6e", 32, 918e12, 1, 2),
+}
+
+
+def topology_name(spec: str) -> tuple[Chip, str, int]:
+    """``v5e-256`` (Cloud TPU accelerator type) or ``v5e:16x16`` (topology) → (chip, the compiler's
+    topology name, chips)."""
+    gen, sep, rest = spec.replace(":", "-", 1).partition("-")
+    if gen not in CHIPS or not sep or not rest:
+        raise ValueError(f"--topology {spec!r}: expected <generation>-<size> or <generation>:<AxB[xC]> with "
+                         f"generation one of {', '.join(CHIPS)} (e.g. v5e-256, v4-32, v5p:2x2x1)")
+    chip = CHIPS[gen]
+    if "x" in rest:
+        dims = [int(d) for d in rest.split("x") if d.isdigit()]
+        if len(dims) != chip.dims or len(rest.split("x")) != chip.dims:
+            raise ValueError(f"--topology {spec!r}: {gen} topologies have {chip.dims} dimensions")
+        return chip, f"{gen}:{rest}", math.prod(dims)
+    if not rest.isdigit() or int(rest) % chip.cores_per_chip:
+        raise ValueError(f"--topology {spec!r}: the size must be a multiple of {chip.cores_per_chip}")
+    chips = int(rest) // chip.cores_per_chip
+    if chips & (chips - 1):
+        raise ValueError(f"--topology {spec!r}: {chips} chips is not a power of two")
+    if chip.dims == 2:
+        a = 2 ** (int(math.log2(chips)) // 2)
+        return chip, f"{gen}:{a}x{chips // a}", chips
+    dims = {1: [1, 1, 1], 2: [1, 2, 1]}.get(chips, [2, 2, 1])
+    while math.prod(dims) < chips:
+        smallest = min(dims)
+        dims[max(i for i, d in enumerate(dims) if d == smallest)] *= 2
+    return chip, f"{gen}:{'x'.join(map(str, dims))}", chips
+
+
+def tpu_devices(spec: str):
+    """The topology's devices, for the real TPU compiler (no TPU needed)."""
+    chip, name, chips = topology_name(spec)
+    if importlib.util.find_spec("libtpu") is None:
+        raise cli.UserError("libtpu is not installed: pip install -e '.[tpu]' (jax[tpu] of the installed jax)")
+    os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")  # no metadata server: this is not a TPU VM
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # compiling only: several tools may run at once
+    from jax.experimental import topologies
+
+    try:
+        dims = [int(d) for d in name.partition(":")[2].split("x")]
+        hosts = (min(dims[0], 2), min(dims[1], 2), 1)  # a host holds up to 2x2 chips; fewer on a small slice
+        devices = topologies.get_topology_desc(platform="tpu", topology_name=name, chips_per_host_bounds=hosts,
+                                               chip_config_name="megacore" if chip.cores_per_chip > 1 else "default",
+                                               ).devices  # megacore: one device per chip
+    except Exception as e:  # libtpu rejects the shape
+        raise ValueError(f"--topology {spec!r} ({name}): libtpu does not accept it: {cli.message(e)}") from e
+    return chip, name, devices
+
+
+def load_config(spec: str, overrides: list[str]):
+    """``configs/x.py[:arg]`` and ``--config.a.b=value`` overrides (Python literals, else strings)."""
+    path, _, arg = spec.partition(":")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"--config {path}: no such config file (expected configs/<job>.py[:<args>])")
+    module_spec = importlib.util.spec_from_file_location("aot_config", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    config = module.get_config(arg or None)
+    for item in overrides:
+        key, eq, text = item.removeprefix("--config.").partition("=")
+        if not eq:
+            raise ValueError(f"{item}: expected --config.<key>=<value>")
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            value = text
+        *parents, last = key.split(".")
+        node = config
+        for p in parents:
+            node = node[p] if p in node else None
+            if node is None:
+                raise ValueError(f"--config.{key}: the config has no key {p!r}")
+        if last not in node:
+            raise ValueError(f"--config.{key}: the config has no key {last!r}")
+        node[last] = tuple(value) if isinstance(node[last], tuple) and isinstance(value, list) else value
+    return config
+
+
+def compile_step(config, devices, batch_size: int) -> dict:
+    """Compiles ``config``'s training step for ``batch_size`` on ``devices``; its memory and FLOPs."""
+    import jax
+
+    from bert_jax.benchmark.flops import pretraining_flops
+    from bert_jax.training import sharding as sh
+
+    config = config.copy_and_resolve_references()
+    config.batch_size = batch_size
+    mesh = sh.make_mesh(tuple(config.mesh_shape), devices)
+    if "task" in config:
+        from bert_jax.finetuning import trainer as ft
+        from input_pipeline.tasks import make_task
+        from input_pipeline.tasks.base import feature_shapes
+
+        task = make_task(config.task)
+        cfg = ft.model_config(config, None, config.model.get("vocab_size") or 30522, task.kind)
+        steps = ft.build_steps(config, cfg, task.kind, task.num_labels, 1000, mesh)
+        shapes = feature_shapes(task.kind, batch_size, config.max_seq_length)
+        shapes["weight"] = ((batch_size,), "float32")
+        length, predictions = config.max_seq_length, 0
+    else:
+        from bert_jax.training import trainer
+        from input_pipeline.batch import shapes as batch_shapes
+
+        if config.data.get("pack_examples") or config.get("unpad_multiple"):
+            raise ValueError("the AOT tool compiles padded, unpacked batches: set --config.data.pack_examples=0 "
+                             "--config.unpad_multiple=0")
+        cfg = trainer.model_config(config, config.model.get("vocab_size") or 30522)
+        steps = trainer.build_steps(config, cfg, mesh)
+        length, predictions = config.data.max_seq_length, config.data.max_predictions_per_seq
+        shapes = batch_shapes(batch_size, length, predictions)
+    batch = {k: jax.ShapeDtypeStruct(s, d, sharding=steps.batch_sharding) for k, (s, d) in shapes.items()}
+    rng = jax.eval_shape(lambda: jax.random.key(0, impl=config.get("rng_impl", "threefry2x32")))
+    start = time.perf_counter()
+    compiled = steps.train_fn.lower(steps.layout.target(), batch, rng).compile()
+    m = compiled.memory_analysis()
+    parts = {"arguments": m.argument_size_in_bytes, "outputs": m.output_size_in_bytes,
+             "aliased": m.alias_size_in_bytes, "temporaries": m.temp_size_in_bytes,
+             "generated_code": m.generated_code_size_in_bytes}
+    total = parts["arguments"] + parts["outputs"] - parts["aliased"] + parts["temporaries"] + parts["generated_code"]
+    flops = pretraining_flops(cfg, batch_size, length, predictions) if predictions else None
+    return {"batch_size": batch_size, "mesh": dict(mesh.shape), "compile_s": round(time.perf_counter() - start, 1),
+            "memory_bytes": parts, "total_bytes": total, "model_flops_per_step": flops,
+            "model": {"size": config.model.size, "dtype": cfg.dtype, "remat": cfg.remat_policy,
+                      "scan": cfg.scan_layers}, "length": length}
+
+
+def report(r: dict, chip: Chip, chips: int) -> dict:
+    """Adds the fit against the chip's HBM and the step time at 100% / 50% MFU."""
+    hbm = chip.hbm_gib * 2**30
+    r = dict(r, chip=chip.name, chips=chips, hbm_bytes=hbm, fits=r["total_bytes"] <= hbm)
+    if r["model_flops_per_step"]:
+        ideal = r["model_flops_per_step"] / (chips * chip.peak_bf16)
+        r.update(step_s_at_100_mfu=ideal, step_s_at_50_mfu=2 * ideal,
+                 sequences_per_s_at_50_mfu=r["batch_size"] / (2 * ideal))
+    return r
+
+
+def find_max_batch(config, devices, multiple: int, start: int, hbm: float) -> dict | None:
+    """The largest multiple of ``multiple`` whose step fits in ``hbm`` bytes (doubling from ``start``,
+    then bisection)."""
+    fits, last = None, None
+    size = max(multiple, start - start % multiple)
+    while True:
+        r = compile_step(config, devices, size)
+        print(f"  batch {size}: {r['total_bytes'] / 2**30:.2f} GiB per chip", file=sys.stderr, flush=True)
+        if r["total_bytes"] > hbm:
+            last = size
+            break
+        fits, size = r, size * 2
+    low, high = (fits["batch_size"] if fits else 0), last
+    while high - low > multiple:
+        mid = (low + high) // 2 // multiple * multiple
+        r = compile_step(config, devices, mid)
+        print(f"  batch {mid}: {r['total_bytes'] / 2**30:.2f} GiB per chip", file=sys.stderr, flush=True)
+        if r["total_bytes"] <= hbm:
+            fits, low = r, mid
+        else:
+            high = mid
+    return fits
+
+
+def summary(r: dict) -> str:
+    g = 2**30
+    m = r["memory_bytes"]
+    line = (f"{r['chips']} x {r['chip']}, mesh {r['mesh']}, global batch {r['batch_size']} x {r['length']} "
+            f"({r['model']['size']}, {r['model']['dtype']}, remat {r['model']['remat']}): "
+            f"{r['total_bytes'] / g:.2f} of {r['hbm_bytes'] / g:.0f} GiB per chip -> "
+            f"{'fits' if r['fits'] else 'DOES NOT FIT'} (arguments {m['arguments'] / g:.2f}, outputs "
+            f"{m['outputs'] / g:.2f}, aliased {m['aliased'] / g:.2f}, temporaries {m['temporaries'] / g:.2f}, "
+            f"code {m['generated_code'] / g:.2f}); compiled in {r['compile_s']} s")
+    if r.get("model_flops_per_step"):
+        line += (f"\n  model FLOPs/step {r['model_flops_per_step'] / 1e12:.2f} T: "
+                 f"{r['step_s_at_100_mfu'] * 1e3:.1f} ms at 100% MFU, {r['step_s_at_50_mfu'] * 1e3:.1f} ms and "
+                 f"{r['sequences_per_s_at_50_mfu']:,.0f} sequences/s at 50% (arithmetic, not measured)")
+    return line
+
+
+def main(argv=None) -> list[dict]:
+    p = cli.ArgumentParser(prog="python -m bert_jax.benchmark.aot", description=__doc__.split("\n\n")[1],
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", required=True, help="configs/<job>.py[:<args>]")
+    p.add_argument("--topology", required=True, help="e.g. v5e-256, v4-32, v5p-8, or v5e:16x16")
+    p.add_argument("--find_max_batch", action="store_true", help="search the largest global batch that fits")
+    p.add_argument("--output", default="", help="append each result as a JSON line to this file")
+    args, rest = p.parse_known_args(argv)
+    unknown = [a for a in rest if not a.startswith("--config.")]
+    if unknown:
+        p.error(f"unrecognized arguments: {' '.join(unknown)}")
+    config = load_config(args.config, rest)
+    chip, name, devices = tpu_devices(args.topology)
+    if args.find_max_batch:
+        import numpy as np
+
+        from bert_jax.training import sharding as sh
+
+        mesh = sh.make_mesh(tuple(config.mesh_shape), devices)
+        shards = int(np.prod([mesh.shape[a] for a in ("data", "fsdp")]))
+        found = find_max_batch(config, devices, shards, config.batch_size, chip.hbm_gib * 2**30)
+        results = [report(found, chip, len(devices))] if found else []
+        if not found:
+            print(f"no batch (a multiple of {shards}) fits in {chip.hbm_gib} GiB", flush=True)
+    else:
+        results = [report(compile_step(config, devices, config.batch_size), chip, len(devices))]
+    for r in results:
+        r.update(topology=args.topology, topology_name=name, config=args.config, overrides=rest)
+        print(summary(r), flush=True)
+        if args.output:
+            with open(args.output, "a") as f:
+                f.write(json.dumps(r) + "\n")
+    return results
+
+
+if __name__ == "__main__":
+    cli.run(main)
