@@ -163,23 +163,32 @@ def compile_step(config, devices, batch_size: int) -> dict:
     batch = {k: jax.ShapeDtypeStruct(s, d, sharding=steps.batch_sharding) for k, (s, d) in shapes.items()}
     rng = jax.eval_shape(lambda: jax.random.key(0, impl=config.get("rng_impl", "threefry2x32")))
     start = time.perf_counter()
-    compiled = steps.train_fn.lower(steps.layout.target(), batch, rng).compile()
+    flops = pretraining_flops(cfg, batch_size, length, predictions) if predictions else None
+    out = {"batch_size": batch_size, "mesh": dict(mesh.shape), "model_flops_per_step": flops, "length": length,
+           "model": {"size": config.model.size, "dtype": cfg.dtype, "remat": cfg.remat_policy, "scan": cfg.scan_layers}}
+    try:
+        compiled = steps.train_fn.lower(steps.layout.target(), batch, rng).compile()
+    except jax.errors.JaxRuntimeError as e:  # the compiler's own verdict: it does not fit
+        if "RESOURCE_EXHAUSTED" not in str(e):
+            raise
+        return dict(out, compile_s=round(time.perf_counter() - start, 1), memory_bytes=None, total_bytes=None,
+                    compiler_error=cli.message(e).split("\n")[0][:300])
     m = compiled.memory_analysis()
     parts = {"arguments": m.argument_size_in_bytes, "outputs": m.output_size_in_bytes,
              "aliased": m.alias_size_in_bytes, "temporaries": m.temp_size_in_bytes,
              "generated_code": m.generated_code_size_in_bytes}
     total = parts["arguments"] + parts["outputs"] - parts["aliased"] + parts["temporaries"] + parts["generated_code"]
-    flops = pretraining_flops(cfg, batch_size, length, predictions) if predictions else None
-    return {"batch_size": batch_size, "mesh": dict(mesh.shape), "compile_s": round(time.perf_counter() - start, 1),
-            "memory_bytes": parts, "total_bytes": total, "model_flops_per_step": flops,
-            "model": {"size": config.model.size, "dtype": cfg.dtype, "remat": cfg.remat_policy,
-                      "scan": cfg.scan_layers}, "length": length}
+    return dict(out, compile_s=round(time.perf_counter() - start, 1), memory_bytes=parts, total_bytes=total)
+
+
+def fits(r: dict, hbm: float) -> bool:
+    return r["total_bytes"] is not None and r["total_bytes"] <= hbm
 
 
 def report(r: dict, chip: Chip, chips: int) -> dict:
     """Adds the fit against the chip's HBM and the step time at 100% / 50% MFU."""
     hbm = chip.hbm_gib * 2**30
-    r = dict(r, chip=chip.name, chips=chips, hbm_bytes=hbm, fits=r["total_bytes"] <= hbm)
+    r = dict(r, chip=chip.name, chips=chips, hbm_bytes=hbm, fits=fits(r, hbm))
     if r["model_flops_per_step"]:
         ideal = r["model_flops_per_step"] / (chips * chip.peak_bf16)
         r.update(step_s_at_100_mfu=ideal, step_s_at_50_mfu=2 * ideal,
@@ -194,8 +203,8 @@ def find_max_batch(config, devices, multiple: int, start: int, hbm: float) -> di
     size = max(multiple, start - start % multiple)
     while True:
         r = compile_step(config, devices, size)
-        print(f"  batch {size}: {r['total_bytes'] / 2**30:.2f} GiB per chip", file=sys.stderr, flush=True)
-        if r["total_bytes"] > hbm:
+        print(f"  batch {size}: {_gib(r)} per chip", file=sys.stderr, flush=True)
+        if not fits(r, hbm):
             last = size
             break
         fits, size = r, size * 2
@@ -203,17 +212,25 @@ def find_max_batch(config, devices, multiple: int, start: int, hbm: float) -> di
     while high - low > multiple:
         mid = (low + high) // 2 // multiple * multiple
         r = compile_step(config, devices, mid)
-        print(f"  batch {mid}: {r['total_bytes'] / 2**30:.2f} GiB per chip", file=sys.stderr, flush=True)
-        if r["total_bytes"] <= hbm:
+        print(f"  batch {mid}: {_gib(r)} per chip", file=sys.stderr, flush=True)
+        if fits(r, hbm):
             fits, low = r, mid
         else:
             high = mid
     return fits
 
 
+def _gib(r: dict) -> str:
+    return f"{r['total_bytes'] / 2**30:.2f} GiB" if r["total_bytes"] is not None else "out of memory"
+
+
 def summary(r: dict) -> str:
     g = 2**30
     m = r["memory_bytes"]
+    if m is None:
+        return (f"{r['chips']} x {r['chip']}, mesh {r['mesh']}, global batch {r['batch_size']} x {r['length']} "
+                f"({r['model']['size']}, {r['model']['dtype']}, remat {r['model']['remat']}): DOES NOT FIT: "
+                f"{r['compiler_error']}")
     line = (f"{r['chips']} x {r['chip']}, mesh {r['mesh']}, global batch {r['batch_size']} x {r['length']} "
             f"({r['model']['size']}, {r['model']['dtype']}, remat {r['model']['remat']}): "
             f"{r['total_bytes'] / g:.2f} of {r['hbm_bytes'] / g:.0f} GiB per chip -> "

@@ -85,3 +85,12 @@ def test_tiny_fine_tuning_step_compiles_for_one_v5e_chip():
     chip, _, devices = aot.tpu_devices("v5e-1")
     r = aot.report(aot.compile_step(config, devices, 8), chip, len(devices))
     assert r["fits"] and r["length"] == 64 and r["memory_bytes"]["temporaries"] > 0
+
+
+@needs_libtpu
+def test_a_step_that_does_not_fit_is_reported_not_raised():
+    config = aot.load_config("configs/pretrain.py:size=tiny,phase=2", [])
+    chip, _, devices = aot.tpu_devices("v5e-1")
+    r = aot.report(aot.compile_step(config, devices, 8192), chip, len(devices))
+    assert not r["fits"] and r["total_bytes"] is None and "HBM" in r["compiler_error"]
+    assert "DOES NOT FIT" in aot.summary(r)
