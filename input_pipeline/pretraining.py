@@ -123,8 +123,8 @@ def mask_features(features: dict, tokenizer, cfg: masking.MaskingConfig, *, seed
                   stream: int = 0, batch_size: int = 512) -> dict:
     """Static masking of [N, L] arrays: row k is ``masking.mask_example(row k,
     example_seed(seed, stream, k))``, i.e. exactly what `masking.mask_dataset` gives element k with
-    ``epoch=stream``. One traced function per (tokenizer, cfg, L), reused across calls (about 4x
-    faster than a fresh `mask_dataset` per shard). Returns numpy arrays (int32/float32)."""
+    ``epoch=stream``. One traced function per (tokenizer, cfg, L), reused across calls (a fresh
+    `mask_dataset` per shard would trace again). Returns numpy arrays (int32/float32)."""
     n, length = np.shape(features["input_ids"])
     seeds = masking.example_seed(seed, stream, np.arange(n)).numpy()
     fn = _masker(tokenizer, cfg, length)
