@@ -143,7 +143,8 @@ def compile_step(config, devices, batch_size: int) -> dict:
         from input_pipeline.tasks import make_task
         from input_pipeline.tasks.base import feature_shapes
 
-        task = make_task(config.task)
+        # Only the task's kind and labels are needed: no data is read ("tfds" reads nothing until asked).
+        task = make_task({**config.task.to_dict(), "source": config.task.get("source") or "tfds"})
         cfg = ft.model_config(config, None, config.model.get("vocab_size") or 30522, task.kind)
         steps = ft.build_steps(config, cfg, task.kind, task.num_labels, 1000, mesh)
         shapes = feature_shapes(task.kind, batch_size, config.max_seq_length)
@@ -199,7 +200,7 @@ def report(r: dict, chip: Chip, chips: int) -> dict:
 def find_max_batch(config, devices, multiple: int, start: int, hbm: float) -> dict | None:
     """The largest multiple of ``multiple`` whose step fits in ``hbm`` bytes (doubling from ``start``,
     then bisection)."""
-    fits, last = None, None
+    best, last = None, None
     size = max(multiple, start - start % multiple)
     while True:
         r = compile_step(config, devices, size)
@@ -207,17 +208,17 @@ def find_max_batch(config, devices, multiple: int, start: int, hbm: float) -> di
         if not fits(r, hbm):
             last = size
             break
-        fits, size = r, size * 2
-    low, high = (fits["batch_size"] if fits else 0), last
+        best, size = r, size * 2
+    low, high = (best["batch_size"] if best else 0), last
     while high - low > multiple:
         mid = (low + high) // 2 // multiple * multiple
         r = compile_step(config, devices, mid)
         print(f"  batch {mid}: {_gib(r)} per chip", file=sys.stderr, flush=True)
         if fits(r, hbm):
-            fits, low = r, mid
+            best, low = r, mid
         else:
             high = mid
-    return fits
+    return best
 
 
 def _gib(r: dict) -> str:
