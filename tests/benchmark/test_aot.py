@@ -94,3 +94,19 @@ def test_a_step_that_does_not_fit_is_reported_not_raised():
     r = aot.report(aot.compile_step(config, devices, 8192), chip, len(devices))
     assert not r["fits"] and r["total_bytes"] is None and "HBM" in r["compiler_error"]
     assert "DOES NOT FIT" in aot.summary(r)
+
+
+def test_find_max_batch_doubles_then_bisects(monkeypatch):
+    """With a step whose memory is 10 MiB per row and 1 GiB of HBM, the largest multiple of 8 that fits
+    is 96 rows (960 MiB; 104 rows need 1040): found by 8 → 16 → ... → 128, then bisection."""
+    tried = []
+
+    def fake_compile(config, devices, batch_size):
+        tried.append(batch_size)
+        return {"batch_size": batch_size, "total_bytes": None if batch_size >= 256 else batch_size * 10 * 2**20}
+
+    monkeypatch.setattr(aot, "compile_step", fake_compile)
+    best = aot.find_max_batch(None, None, 8, 8, 2**30)
+    assert best["batch_size"] == 96
+    assert tried[:5] == [8, 16, 32, 64, 128] and 96 in tried and 104 in tried
+    assert aot.find_max_batch(None, None, 8, 8, 2**20) is None  # not even one multiple fits
