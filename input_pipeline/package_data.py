@@ -81,32 +81,28 @@ def _write_atomically(path: Path, data: bytes) -> Path:
     return path
 
 
-def wikipedia_excerpt() -> Path:
-    """The shortened English Wikipedia dump (``.xml.bz2``) shipped inside the gensim wheel."""
-    out = cache_dir() / "gensim" / Path(GENSIM_WIKI_MEMBER).name
+def _wheel_member(package: str, member: str, out: Path) -> Path:
+    """``member`` of ``package``'s wheel (fetched with pip once), copied to ``out`` (cached)."""
     if out.exists():
         return out
-    wheel = _pip_download(GENSIM, cache_dir() / "downloads" / "gensim")
+    wheel = _pip_download(package, cache_dir() / "downloads" / out.parent.name)
     try:
         with zipfile.ZipFile(wheel) as zf:
-            data = zf.read(GENSIM_WIKI_MEMBER)
+            data = zf.read(member)
     except (KeyError, zipfile.BadZipFile) as e:
-        raise PackageDataError(f"{wheel} does not hold {GENSIM_WIKI_MEMBER}: {e}") from e
+        raise PackageDataError(f"{wheel} does not hold {member}: {e}") from e
     return _write_atomically(out, data)
+
+
+def wikipedia_excerpt() -> Path:
+    """The shortened English Wikipedia dump (``.xml.bz2``) shipped inside the gensim wheel."""
+    return _wheel_member(GENSIM, GENSIM_WIKI_MEMBER, cache_dir() / "gensim" / Path(GENSIM_WIKI_MEMBER).name)
 
 
 def korean_constitution() -> Path:
     """``constitution.txt`` (UTF-8 Korean, a paragraph or article a line) from the konlpy wheel."""
-    out = cache_dir() / "konlpy" / Path(KONLPY_CONSTITUTION_MEMBER).name
-    if out.exists():
-        return out
-    wheel = _pip_download(KONLPY, cache_dir() / "downloads" / "konlpy")
-    try:
-        with zipfile.ZipFile(wheel) as zf:
-            data = zf.read(KONLPY_CONSTITUTION_MEMBER)
-    except (KeyError, zipfile.BadZipFile) as e:
-        raise PackageDataError(f"{wheel} does not hold {KONLPY_CONSTITUTION_MEMBER}: {e}") from e
-    return _write_atomically(out, data)
+    return _wheel_member(KONLPY, KONLPY_CONSTITUTION_MEMBER,
+                         cache_dir() / "konlpy" / Path(KONLPY_CONSTITUTION_MEMBER).name)
 
 
 def movie_review_snippets() -> Path:

@@ -81,7 +81,7 @@ def topology_name(spec: str) -> tuple[Chip, str, int]:
 
 def tpu_devices(spec: str):
     """The topology's devices, for the real TPU compiler (no TPU needed)."""
-    chip, name, chips = topology_name(spec)
+    chip, name, _ = topology_name(spec)
     if importlib.util.find_spec("libtpu") is None:
         raise cli.UserError("libtpu is not installed: pip install -e '.[tpu]' (jax[tpu] of the installed jax)")
     os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")  # no metadata server: this is not a TPU VM

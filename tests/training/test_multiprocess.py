@@ -23,12 +23,12 @@ from tests.fixtures.multiprocess import run_processes
 from tests.fixtures.multiprocess_job import JOB, STEPS, metrics, pretrain_config
 
 
-def test_two_processes(multiprocess_corpus, multiprocess_glue, tmp_path):
+def test_two_processes(multiprocess_corpus, glue_dir, tmp_path):
     """One process × 4 devices, then two processes × 2 devices (both pre-train 4 steps, then
     fine-tune RTE from their checkpoint), then two processes resuming the second run from its
     checkpoint at step 2, in which process 1 kills itself at step 7. One test, not five: the runs
     build on each other, and a module fixture would run them on every xdist worker."""
-    corpus, glue = multiprocess_corpus, multiprocess_glue
+    corpus, glue = multiprocess_corpus, glue_dir
     runs = {}
     for name, n in (("one", 1), ("two", 2)):
         runs[name] = run_processes(JOB, n, dict(corpus=str(corpus), workdir=str(tmp_path / name), glue=str(glue)),
