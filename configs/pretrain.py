@@ -1,6 +1,8 @@
-r"""BERT pre-training (Devlin et al., 2019), MLM + NSP by default.
+r"""BERT pre-training (Devlin et al., 2019), MLM + NSP by default, and its family's recipes.
 
-Named arguments: ``size`` (tiny | mini | small | medium | base | large), ``masking`` (static |
+Named arguments: ``model`` (bert | roberta | albert | electra: the recipe, see `RECIPES` and
+docs/family.md), ``size`` (bert/roberta: tiny | mini | small | medium | base | large; albert: base |
+large | xlarge | xxlarge; electra: small | base | large), ``masking`` (static |
 dynamic), ``objective`` (nsp | sop | none), ``phase`` (1: length 128 for 90% of the steps;
 2: length 512 for the last 10%, continuing phase 1's state and learning-rate schedule),
 ``runlocal`` (tiny data, few steps, CPU), ``synthetic`` (random batches: smoke tests, benchmarks).
@@ -16,9 +18,16 @@ The paper on a Cloud TPU (batch 256, 1M steps; data prepared as in docs/data.md,
     python train.py --config configs/pretrain.py:size=base,phase=2 --workdir gs://BUCKET/bert_base_p2 \
         --config.init_checkpoint=gs://BUCKET/bert_base_p1 \
         --config.data.input='gs://BUCKET/data/p2/*.tfrecord' --config.data.vocab=gs://BUCKET/vocab.txt
+
+The family on the same Wikipedia excerpt (CPU, a few minutes each; ``size`` is ignored with runlocal):
+
+    python train.py --config configs/pretrain.py:model=roberta,runlocal --workdir /tmp/roberta_tiny
+    python train.py --config configs/pretrain.py:model=albert,runlocal --workdir /tmp/albert_tiny
+    python train.py --config configs/pretrain.py:model=electra,size=small,runlocal --workdir /tmp/electra_tiny
 """
 
 import ml_collections
+from ml_collections import config_dict
 
 from bert_jax.config_args import parse_arg
 from bert_jax.training.distributed import default_config as distributed_config
@@ -26,13 +35,25 @@ from bert_jax.training.sharding import DEFAULT_RULES
 
 PAPER_STEPS = 1_000_000
 PHASE1_STEPS = 900_000  # 90% at length 128, then 10% at 512 on the same schedule
+MODELS = ("bert", "roberta", "albert", "electra")
+FAMILY_SIZE_NAMES = {"albert": ("base", "large", "xlarge", "xxlarge"), "electra": ("small", "base", "large")}
 
 
 def get_config(arg=None):
-    args = parse_arg(arg, size="base", masking="static", objective="nsp", phase=1, runlocal=False,
+    args = parse_arg(arg, model="bert", size="", masking="", objective="", phase=1, runlocal=False,
                      synthetic=False)
+    if args.model not in MODELS:
+        raise ValueError(f"model={args.model!r}: expected one of {MODELS}")
     if args.phase not in (1, 2):
         raise ValueError(f"phase={args.phase}: expected 1 (length 128) or 2 (length 512)")
+    if args.model != "bert" and args.phase != 1:
+        raise ValueError(f"phase applies to model=bert; the {args.model} recipe has one phase")
+    args.size = args.size or {"albert": "base", "electra": "small"}.get(args.model, "base")
+    args.masking = args.masking or ("static" if args.model == "bert" else "dynamic")
+    args.objective = args.objective or {"roberta": "none", "albert": "sop", "electra": "rtd"}.get(args.model, "nsp")
+    sizes = FAMILY_SIZE_NAMES.get(args.model)
+    if sizes and args.size not in sizes:
+        raise ValueError(f"size={args.size!r} for model={args.model}: expected one of {sizes}")
     c = ml_collections.ConfigDict()
     c.seed = 0
     # PRNG of the dropout keys (seed folded with the step). threefry2x32: the same masks on every
@@ -60,10 +81,17 @@ def get_config(arg=None):
     c.multihost = False
     c.distributed = distributed_config()
 
+    c.family = args.model
     c.model = ml_collections.ConfigDict(dict(
-        size=args.size, vocab_size=30522,  # vocab_size comes from data.vocab unless data is synthetic
+        size=f"{args.model}-{args.size}" if sizes else args.size,
+        vocab_size=30522,  # vocab_size comes from data.vocab unless data is synthetic
         max_position_embeddings=512, dtype="float32", scan_layers=True, remat_policy="none",
-        attention_impl="auto", hidden_dropout_prob=0.1, attention_dropout_prob=0.1))
+        attention_impl="auto", hidden_dropout_prob=0.1, attention_dropout_prob=0.1,
+        # The family's switches (bert_jax/model/config.py; None = the size's value, docs/family.md).
+        embedding_size=config_dict.placeholder(int), share_layers=config_dict.placeholder(bool),
+        position_offset=config_dict.placeholder(int), type_vocab_size=config_dict.placeholder(int),
+        layer_norm_eps=config_dict.placeholder(float), hidden_act=config_dict.placeholder(str),
+        use_pooler=config_dict.placeholder(bool)))
 
     long = args.phase == 2
     c.data = ml_collections.ConfigDict(dict(
@@ -105,8 +133,72 @@ def get_config(arg=None):
         c.num_train_steps = 300
         c.optimizer.update(learning_rate=1e-3, warmup_steps=30, num_train_steps=300)
         c.log_every, c.eval_every, c.eval_steps, c.checkpoint_every = 20, 100, 5, 100
+    if args.model != "bert":
+        RECIPES[args.model](c, args)
     if args.synthetic:
         c.data.kind = "synthetic"
         if args.runlocal:
             c.model.vocab_size = 1000
     return c
+
+
+def roberta(c, args):
+    """RoBERTa (Liu et al., 2019, Table 9): dynamic masking, no NSP, FULL-SENTENCES at length 512,
+    batch 8k, 500k steps, Adam (bias-corrected) b2 0.98 eps 1e-6; lr 6e-4 / warmup 24k for base,
+    4e-4 / 30k for large. Hugging Face's layout: positions after the padding id, one token type,
+    LayerNorm eps 1e-5 (so exports load as RobertaModel)."""
+    c.model.update(position_offset=2, max_position_embeddings=514, type_vocab_size=1, layer_norm_eps=1e-5)
+    lr, warmup = (4e-4, 30_000) if args.size == "large" else (6e-4, 24_000)
+    c.data.update(max_seq_length=512, max_predictions_per_seq=80, packing="full", short_seq_prob=0.0)
+    c.batch_size, c.num_train_steps = 8192, 500_000
+    c.optimizer.update(optimizer="adamw", bias_correction=True, learning_rate=lr, warmup_steps=warmup,
+                       num_train_steps=500_000, b2=0.98, eps=1e-6, schedule="linear")
+    if args.runlocal:
+        c.data.update(max_seq_length=128, max_predictions_per_seq=20)
+        _runlocal(c, lr=1e-3)
+
+
+def albert(c, args):
+    """ALBERT (Lan et al., 2020, §4.1): factorised embeddings E = 128, one shared block, sentence-order
+    prediction, n-gram masking (n ≤ 3), LAMB with lr 0.00176, batch 4096, 125k steps at length 512
+    (10% shorter), 3,125 warmup steps (as the released code), no dropout (as the v2 release)."""
+    c.model.update(hidden_dropout_prob=0.0, attention_dropout_prob=0.0)
+    c.data.update(max_seq_length=512, max_predictions_per_seq=20, short_seq_prob=0.1)
+    if "ngram_mask" in c.data:
+        c.data.ngram_mask = 3
+    c.batch_size, c.num_train_steps = 4096, 125_000
+    c.optimizer.update(optimizer="lamb", learning_rate=0.00176, warmup_steps=3_125, num_train_steps=125_000,
+                       b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.01, bias_correction=True, schedule="linear")
+    if args.runlocal:
+        c.model.update(size="tiny", embedding_size=64, share_layers=True, hidden_act="gelu_new")
+        c.data.update(max_seq_length=128, max_predictions_per_seq=20)
+        _runlocal(c, lr=2e-3)
+
+
+def electra(c, args):
+    """ELECTRA (Clark et al., 2020, Table 6): replaced-token detection, generator 1/4 of the
+    discriminator (1/3 for base), loss MLM + 50 · BCE, dynamic masking of 15% (25% for large),
+    Adam lr 5e-4 (small) / 2e-4, batch 128 / 256 / 2048, 1M / 766k / 400k steps, 10k warmup,
+    length 128 for small, 512 otherwise."""
+    size = args.size
+    c.electra = ml_collections.ConfigDict(dict(generator_fraction=1 / 3 if size == "base" else 0.25,
+                                               rtd_weight=50.0))
+    steps = {"small": 1_000_000, "base": 766_000, "large": 400_000}[size]
+    length = 128 if size == "small" else 512
+    c.data.update(max_seq_length=length, max_predictions_per_seq=round(length * (0.25 if size == "large" else 0.15)),
+                  masked_lm_prob=0.25 if size == "large" else 0.15, packing="full")
+    c.batch_size, c.num_train_steps = {"small": 128, "base": 256, "large": 2048}[size], steps
+    c.optimizer.update(learning_rate=5e-4 if size == "small" else 2e-4, warmup_steps=10_000, num_train_steps=steps)
+    if args.runlocal:
+        c.model.update(size="tiny", embedding_size=64, use_pooler=False)
+        c.data.update(max_seq_length=128, max_predictions_per_seq=20, masked_lm_prob=0.15)
+        _runlocal(c, lr=1e-3)
+
+
+def _runlocal(c, *, lr: float):
+    """The family's CPU variant: the runlocal schedule with the recipe's own optimizer."""
+    c.batch_size, c.num_train_steps = 32, 300
+    c.optimizer.update(learning_rate=lr, warmup_steps=30, num_train_steps=300)
+
+
+RECIPES = {"roberta": roberta, "albert": albert, "electra": electra}

@@ -215,7 +215,9 @@ def make_pretraining_dataset(config, *, split: str = "train", batch_size: int, p
     else:
         if d.masking == "static":
             log.info("static masking of text input: examples are masked once, with epoch-0 seeds")
-        rows = _in_memory_examples(spec, tokenizer, d, split, config.objective)  # all of them: see `block`
+        # ELECTRA's replaced-token detection ("rtd") reads single-segment examples, as objective "none".
+        objective = "none" if config.objective == "rtd" else config.objective
+        rows = _in_memory_examples(spec, tokenizer, d, split, objective)  # all of them: see `block`
         if d.masking == "static":
             cfg = pretraining.masking_config(tokenizer, masked_lm_prob=d.masked_lm_prob,
                                              max_predictions_per_seq=d.max_predictions_per_seq,

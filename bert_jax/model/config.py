@@ -23,6 +23,20 @@ SIZES: dict[str, tuple[int, int, int]] = {
     "base": (12, 768, 12),
     "large": (24, 1024, 16),
 }
+# The family's sizes: the fields each sets on top of BERT's defaults (intermediate = 4 * hidden).
+# ALBERT (Lan et al., 2020, Table 1): factorised embeddings E = 128 and one block shared by all
+# layers; 12M / 18M / 60M / 235M parameters with a 30k vocabulary. ELECTRA (Clark et al., 2020,
+# Table 6): the discriminator's sizes; small has E = 128 < hidden.
+FAMILY_SIZES: dict[str, dict[str, Any]] = {
+    **{f"albert-{name}": dict(num_layers=layers, hidden_size=hidden, num_heads=heads, embedding_size=128,
+                              share_layers=True, hidden_act="gelu_new", hidden_dropout_prob=0.0,
+                              attention_dropout_prob=0.0)
+       for name, (layers, hidden, heads) in {"base": (12, 768, 12), "large": (24, 1024, 16),
+                                             "xlarge": (24, 2048, 16), "xxlarge": (12, 4096, 64)}.items()},
+    "electra-small": dict(num_layers=12, hidden_size=256, num_heads=4, embedding_size=128, use_pooler=False),
+    "electra-base": dict(num_layers=12, hidden_size=768, num_heads=12, use_pooler=False),
+    "electra-large": dict(num_layers=24, hidden_size=1024, num_heads=16, use_pooler=False),
+}
 
 HiddenAct = Literal["gelu", "gelu_new", "gelu_tanh", "relu"]
 
@@ -37,11 +51,18 @@ class BertConfig:
 
     vocab_size: int = 30522
     hidden_size: int = 768
+    # ALBERT/ELECTRA's factorised embeddings: tables of width E, then a dense E -> hidden_size.
+    # None: E = hidden_size and no projection (BERT, RoBERTa).
+    embedding_size: int | None = None
     num_layers: int = 12
     num_heads: int = 12
     intermediate_size: int = 3072
     max_position_embeddings: int = 512
     type_vocab_size: int = 2
+    # Position ids are arange(length) + position_offset: RoBERTa's start after its padding id (2).
+    position_offset: int = 0
+    # ALBERT's cross-layer sharing: one block's parameters applied num_layers times.
+    share_layers: bool = False
     # "gelu" is the paper's exact erf form; "gelu_new"/"gelu_tanh" the tanh approximation.
     hidden_act: HiddenAct = "gelu"
     hidden_dropout_prob: float = 0.1
@@ -68,6 +89,8 @@ class BertConfig:
             "intermediate_size": self.intermediate_size > 0,
             "max_position_embeddings": self.max_position_embeddings > 0,
             "type_vocab_size": self.type_vocab_size > 0,
+            "embedding_size": self.embedding_size is None or self.embedding_size > 0,
+            "position_offset": self.position_offset >= 0,
             "hidden_dropout_prob": 0.0 <= self.hidden_dropout_prob < 1.0,
             "attention_dropout_prob": 0.0 <= self.attention_dropout_prob < 1.0,
             "hidden_act": self.hidden_act in ("gelu", "gelu_new", "gelu_tanh", "relu"),
@@ -85,18 +108,30 @@ class BertConfig:
         return self.hidden_size // self.num_heads
 
     @property
+    def embed_dim(self) -> int:
+        """E: the width of the embedding tables (hidden_size unless factorised)."""
+        return self.hidden_size if self.embedding_size is None else self.embedding_size
+
+    @property
+    def stored_layers(self) -> int:
+        """How many blocks' parameters the encoder holds: 1 when shared, else num_layers."""
+        return 1 if self.share_layers else self.num_layers
+
+    @property
     def compute_dtype(self) -> Any:
         return jnp.dtype(self.dtype)
 
     @classmethod
     def from_size(cls, size: str, **overrides: Any) -> BertConfig:
-        if size not in SIZES:
-            raise ValueError(f"unknown model size {size!r}; expected one of {list(SIZES)}")
-        layers, hidden, heads = SIZES[size]
-        base = dict(
-            num_layers=layers, hidden_size=hidden, num_heads=heads, intermediate_size=4 * hidden
-        )
-        return cls(**{**base, **overrides})
+        """BERT's sizes (`SIZES`) or the family's (`FAMILY_SIZES`: albert-base, electra-small, ...)."""
+        if size in SIZES:
+            layers, hidden, heads = SIZES[size]
+            base = dict(num_layers=layers, hidden_size=hidden, num_heads=heads)
+        elif size in FAMILY_SIZES:
+            base = dict(FAMILY_SIZES[size])
+        else:
+            raise ValueError(f"unknown model size {size!r}; expected one of {[*SIZES, *FAMILY_SIZES]}")
+        return cls(**{"intermediate_size": 4 * base["hidden_size"], **base, **overrides})
 
     def deterministic(self) -> BertConfig:
         """The same model with dropout off (evaluation, feature extraction, parity tests)."""
@@ -115,12 +150,14 @@ class BertConfig:
 
 
 def count_params(cfg: BertConfig, *, with_pooler: bool | None = None, with_mlm: bool = False,
-                 with_nsp: bool = False) -> int:
-    """Closed-form parameter count (matches the model's; tested against it)."""
-    h, i, layers = cfg.hidden_size, cfg.intermediate_size, cfg.num_layers
-    emb = (cfg.vocab_size + cfg.max_position_embeddings + cfg.type_vocab_size) * h + 2 * h
+                 with_nsp: bool = False, with_embeddings: bool = True) -> int:
+    """Closed-form parameter count (matches the model's; tested against it). ``with_embeddings=False``
+    counts an encoder that borrows another's tables (ELECTRA's generator): its projection stays."""
+    h, e, i = cfg.hidden_size, cfg.embed_dim, cfg.intermediate_size
+    emb = (cfg.vocab_size + cfg.max_position_embeddings + cfg.type_vocab_size) * e + 2 * e
+    projection = e * h + h if e != h else 0
     block = 4 * (h * h + h) + 2 * h + (h * i + i) + (i * h + h) + 2 * h
     pooler = h * h + h if (cfg.use_pooler if with_pooler is None else with_pooler) else 0
-    mlm = (h * h + h + 2 * h + cfg.vocab_size) if with_mlm else 0
+    mlm = (h * e + e + 2 * e + cfg.vocab_size) if with_mlm else 0
     nsp = (2 * h + 2) if with_nsp else 0
-    return emb + layers * block + pooler + mlm + nsp
+    return emb * with_embeddings + projection + cfg.stored_layers * block + pooler + mlm + nsp

@@ -3,6 +3,10 @@
 The blocks' parameters are stacked along a leading ``layers`` axis (built with ``nnx.vmap``), so the
 stack runs either as one ``jax.lax.scan`` (fast compile, constant program size) or unrolled; both
 read the same parameters, and both can rematerialise each block under a ``jax.checkpoint`` policy.
+With ``share_layers`` (ALBERT) the axis has length 1 and that one block runs ``num_layers`` times.
+Factorised embeddings (``embedding_size`` E ≠ hidden) go through ``embedding_projection`` (E → hidden)
+before the blocks; an encoder built ``with_embeddings=False`` (ELECTRA's generator) takes another
+encoder's embedding output instead of owning tables.
 Given ``token_index`` the blocks run on the real tokens only (`bert_jax.model.token_layout`).
 """
 
@@ -62,16 +66,21 @@ def remat_policy(name: str):
 class BertEncoder(nnx.Module):
     """What Hugging Face calls ``BertModel`` and Google ``bert/``: the encoder without task heads."""
 
-    def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs, with_embeddings: bool = True):
         self.cfg = cfg
-        self.embeddings = Embeddings(cfg, rngs=rngs)
+        self.embeddings = Embeddings(cfg, rngs=rngs) if with_embeddings else None
+        self.embedding_projection = (
+            dense(cfg, cfg.embed_dim, cfg.hidden_size, (axes.EMBED, None), rngs=rngs)
+            if cfg.embed_dim != cfg.hidden_size
+            else None
+        )
 
-        @nnx.split_rngs(splits=cfg.num_layers)
+        @nnx.split_rngs(splits=cfg.stored_layers)
         @nnx.vmap(in_axes=(0,), out_axes=0, transform_metadata={nnx.PARTITION_NAME: axes.LAYERS})
         def make_layers(rngs: nnx.Rngs) -> TransformerBlock:
             return TransformerBlock(cfg, rngs=rngs)
 
-        self.layers = make_layers(rngs)  # every parameter: [layers, ...]
+        self.layers = make_layers(rngs)  # every parameter: [layers, ...] ([1, ...] when shared)
         self.pooler = (
             dense(cfg, cfg.hidden_size, cfg.hidden_size, (axes.EMBED, None), rngs=rngs)
             if cfg.use_pooler
@@ -91,23 +100,29 @@ class BertEncoder(nnx.Module):
         output_hidden_states: bool = False,
         output_attentions: bool = False,
         token_index: jax.Array | None = None,
+        embedding_output: jax.Array | None = None,
     ) -> EncoderOutput:
         """``token_index`` [shards, tokens]: run the blocks on those real tokens only
         (`token_layout.Unpadded`); the outputs at real positions are the same, padding positions
-        come out as zeros."""
+        come out as zeros. ``embedding_output`` [batch, length, E]: another encoder's embeddings of
+        ``input_ids`` (required, and only allowed, when built ``with_embeddings=False``)."""
         # input_ids, input_mask, segment_ids: [batch, length] int32
         cfg = self.cfg
-        if input_ids.shape[-1] > cfg.max_position_embeddings:
+        if input_ids.shape[-1] + cfg.position_offset > cfg.max_position_embeddings:
             raise ValueError(
-                f"sequence length {input_ids.shape[-1]} exceeds max_position_embeddings "
-                f"{cfg.max_position_embeddings}"
+                f"sequence length {input_ids.shape[-1]} (+ position_offset {cfg.position_offset}) exceeds "
+                f"max_position_embeddings {cfg.max_position_embeddings}"
             )
         if not deterministic and rngs is None:
             raise ValueError("training mode (deterministic=False) needs rngs=nnx.Rngs(dropout=key)")
+        if (embedding_output is None) != (self.embeddings is not None):
+            raise ValueError("pass embedding_output exactly when the encoder has no embeddings of its own")
         mask = padding_mask(input_mask) if attention_mask is None else attention_mask
-        x = self.embeddings(
+        x = embedding_output if self.embeddings is None else self.embeddings(
             input_ids, segment_ids, position_ids, deterministic=deterministic, rngs=rngs
-        )  # [batch, length, embed]
+        )  # [batch, length, E]
+        if self.embedding_projection is not None:
+            x = self.embedding_projection(x)  # [batch, length, embed]
         embedding_output = x
         layout = PADDED
         if token_index is not None:
@@ -147,17 +162,20 @@ class BertEncoder(nnx.Module):
         if policy is not None:
             layer = jax.checkpoint(layer, policy=None if policy == "full" else policy)
 
+        shared = jax.tree.map(lambda a: a[0], stacked) if cfg.share_layers else None  # one block
+
         def step(h, xs):
             params, key = xs
-            h, probs = layer(h, params, key)
+            h, probs = layer(h, shared if params is None else params, key)
             return h, (h if output_hidden_states else None, probs)
 
+        per_layer = None if cfg.share_layers else stacked  # scanned over; the shared block is closed over
         if cfg.scan_layers:
-            x, (hiddens, probs) = jax.lax.scan(step, x, (stacked, keys))
+            x, (hiddens, probs) = jax.lax.scan(step, x, (per_layer, keys), length=cfg.num_layers)
         else:
             outs = []
             for i in range(cfg.num_layers):
-                xs = jax.tree.map(lambda a, i=i: a[i], (stacked, keys))
+                xs = jax.tree.map(lambda a, i=i: a[i], (per_layer, keys))
                 x, out = step(x, xs)
                 outs.append(out)
             hiddens, probs = jax.tree.map(lambda *a: jnp.stack(a), *outs) if outs else (None, None)

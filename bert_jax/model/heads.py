@@ -20,7 +20,8 @@ def gather_positions(sequence: jax.Array, positions: jax.Array) -> jax.Array:
 
 
 class MaskedLMHead(nnx.Module):
-    """transform (dense + act + LayerNorm) → decoder tied to the word embeddings + output bias.
+    """transform (dense embed → E + act + LayerNorm) → decoder tied to the E-wide word embeddings +
+    output bias (E = hidden for BERT; ALBERT and ELECTRA's generator decode through E < hidden).
 
     Given ``masked_lm_positions`` it gathers those P positions *before* the vocabulary projection,
     as the original does, so it costs P/L of a dense head.
@@ -28,9 +29,8 @@ class MaskedLMHead(nnx.Module):
 
     def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs):
         self.act = ACTIVATIONS[cfg.hidden_act]
-        d = cfg.hidden_size
-        self.transform = dense(cfg, d, d, (axes.EMBED, None), rngs=rngs)
-        self.layer_norm = layer_norm(cfg, rngs=rngs)
+        self.transform = dense(cfg, cfg.hidden_size, cfg.embed_dim, (axes.EMBED, None), rngs=rngs)
+        self.layer_norm = layer_norm(cfg, rngs=rngs, width=cfg.embed_dim)
         self.output_bias = nnx.Param(
             jnp.zeros((cfg.vocab_size,), cfg.param_dtype), **axes.metadata(axes.VOCAB)
         )
@@ -38,7 +38,7 @@ class MaskedLMHead(nnx.Module):
     def __call__(self, sequence_output, word_embeddings: nnx.Embed, positions=None):
         # sequence_output: [batch, length, embed]; positions: [batch, P] int32 or None (all)
         x = sequence_output if positions is None else gather_positions(sequence_output, positions)
-        x = self.layer_norm(self.act(self.transform(x)))  # [batch, P, embed]
+        x = self.layer_norm(self.act(self.transform(x)))  # [batch, P, E]
         logits = word_embeddings.attend(x)  # [batch, P, vocab]
         return logits.astype(jnp.float32) + self.output_bias[...]
 
@@ -57,6 +57,21 @@ class ClassificationHead(nnx.Module):
         # x: [batch, embed] or [batch, length, embed]
         x = self.dropout(x, deterministic=deterministic, rngs=rngs)
         return self.dense(x).astype(jnp.float32)  # [batch, (length,) num_labels]
+
+
+class ReplacedTokenHead(nnx.Module):
+    """ELECTRA's discriminator head: dense(embed → embed) → act → dense(embed → 1): a logit per token
+    that it was replaced by the generator."""
+
+    def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs):
+        self.act = ACTIVATIONS[cfg.hidden_act]
+        self.dense = dense(cfg, cfg.hidden_size, cfg.hidden_size, (axes.EMBED, None), rngs=rngs)
+        self.prediction = dense(cfg, cfg.hidden_size, 1, (axes.EMBED, None), rngs=rngs)
+
+    def __call__(self, sequence_output):
+        # sequence_output: [batch, length, embed]
+        h = self.act(self.dense(sequence_output))  # [batch, length, embed]
+        return self.prediction(h)[..., 0].astype(jnp.float32)  # [batch, length]
 
 
 class SpanHead(nnx.Module):

@@ -35,9 +35,10 @@ def zeros_init(*names: str | None):
     return axes.init(jax.nn.initializers.zeros, *names)
 
 
-def layer_norm(cfg: BertConfig, *, rngs: nnx.Rngs) -> nnx.LayerNorm:
+def layer_norm(cfg: BertConfig, *, rngs: nnx.Rngs, width: int | None = None) -> nnx.LayerNorm:
+    """LayerNorm over ``width`` features (hidden_size unless given: embeddings are E wide)."""
     return nnx.LayerNorm(
-        cfg.hidden_size,
+        width or cfg.hidden_size,
         epsilon=cfg.layer_norm_eps,
         dtype=cfg.compute_dtype,
         param_dtype=cfg.param_dtype,
@@ -61,13 +62,17 @@ def dense(cfg: BertConfig, din: int, dout: int, names: tuple, *, rngs: nnx.Rngs)
 
 
 class Embeddings(nnx.Module):
-    """word + absolute position + token-type embeddings → LayerNorm → dropout."""
+    """word + absolute position + token-type embeddings → LayerNorm → dropout, all ``cfg.embed_dim``
+    (E) wide; positions start at ``cfg.position_offset``. With one token type (RoBERTa) segment ids
+    are ignored, so sentence-pair features built for BERT still run."""
 
     def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs):
+        self.position_offset = cfg.position_offset
+
         def embed(num: int, axis: str | None) -> nnx.Embed:
             return nnx.Embed(
                 num,
-                cfg.hidden_size,
+                cfg.embed_dim,
                 dtype=cfg.compute_dtype,
                 param_dtype=cfg.param_dtype,
                 embedding_init=weight_init(cfg, axis, axes.EMBED),
@@ -77,18 +82,20 @@ class Embeddings(nnx.Module):
         self.word_embeddings = embed(cfg.vocab_size, axes.VOCAB)
         self.position_embeddings = embed(cfg.max_position_embeddings, None)
         self.token_type_embeddings = embed(cfg.type_vocab_size, None)
-        self.layer_norm = layer_norm(cfg, rngs=rngs)
+        self.layer_norm = layer_norm(cfg, rngs=rngs, width=cfg.embed_dim)
         self.dropout = nnx.Dropout(cfg.hidden_dropout_prob)
 
     def __call__(self, input_ids, segment_ids, position_ids=None, *, deterministic=True, rngs=None):
-        # input_ids, segment_ids, position_ids: [batch, length] int32
+        # input_ids, segment_ids, position_ids: [batch, length] int32; position_ids count from 0
         if position_ids is None:
             position_ids = jnp.arange(input_ids.shape[-1])[None, :]  # [1, length]
-        x = self.word_embeddings(input_ids)  # [batch, length, embed]
-        x = x + self.position_embeddings(position_ids)  # [batch, length, embed]
-        x = x + self.token_type_embeddings(segment_ids)  # [batch, length, embed]
+        x = self.word_embeddings(input_ids)  # [batch, length, E]
+        x = x + self.position_embeddings(position_ids + self.position_offset)  # [batch, length, E]
+        if self.token_type_embeddings.num_embeddings == 1:
+            segment_ids = jnp.zeros_like(segment_ids)  # [batch, length]
+        x = x + self.token_type_embeddings(segment_ids)  # [batch, length, E]
         x = self.layer_norm(x)
-        return self.dropout(x, deterministic=deterministic, rngs=rngs)  # [batch, length, embed]
+        return self.dropout(x, deterministic=deterministic, rngs=rngs)  # [batch, length, E]
 
 
 class SelfAttention(nnx.Module):

@@ -17,25 +17,36 @@ import optax
 from flax import nnx
 
 from bert_jax.model.config import BertConfig
+from bert_jax.model.electra import ElectraForPreTraining, ElectraOutput
 from bert_jax.model.models import BertForPreTraining
 from bert_jax.training.state import TrainState, new_state
 from input_pipeline.batch import MODEL_INPUT_KEYS
 
+OBJECTIVES = ("nsp", "sop", "none", "rtd")  # rtd: ELECTRA's replaced-token detection
 
-def pretraining_model(cfg: BertConfig, objective: str) -> Callable[[int], BertForPreTraining]:
-    """seed -> the pre-training model (what `bert_jax.training.state.state_layout` builds from)."""
+
+def pretraining_model(cfg: BertConfig, objective: str, electra: dict | None = None) -> Callable[[int], nnx.Module]:
+    """seed -> the pre-training model (what `bert_jax.training.state.state_layout` builds from):
+    `BertForPreTraining` for MLM + nsp | sop | none, `ElectraForPreTraining` for "rtd" (``electra``:
+    its generator_fraction and rtd_weight, the job config's ``electra`` block)."""
+    if objective == "rtd":
+        return lambda seed: ElectraForPreTraining(cfg, rngs=nnx.Rngs(seed), **(electra or {}))
+    if electra:
+        raise ValueError(f"electra settings {sorted(electra)} need objective 'rtd', not {objective!r}")
     return lambda seed: BertForPreTraining(cfg, rngs=nnx.Rngs(seed), objective=objective)
 
 
-def model_graphdef(cfg: BertConfig, objective: str) -> nnx.GraphDef:
+def model_graphdef(cfg: BertConfig, objective: str, electra: dict | None = None) -> nnx.GraphDef:
     """The model's static structure (allocates nothing)."""
-    return nnx.graphdef(nnx.eval_shape(lambda: pretraining_model(cfg, objective)(0)))
+    return nnx.graphdef(nnx.eval_shape(lambda: pretraining_model(cfg, objective, electra)(0)))
 
 
-def init_state(cfg: BertConfig, objective: str, tx: optax.GradientTransformation, seed: int) -> TrainState:
+def init_state(cfg: BertConfig, objective: str, tx: optax.GradientTransformation, seed: int,
+               electra: dict | None = None) -> TrainState:
     """A fresh state on the default device (tests and small tools; the trainer creates its state
     in its shards with `bert_jax.training.state.StateLayout.create`)."""
-    return new_state(nnx.state(pretraining_model(cfg, objective)(seed), nnx.Param).to_pure_dict(), tx)
+    model = pretraining_model(cfg, objective, electra)(seed)
+    return new_state(nnx.state(model, nnx.Param).to_pure_dict(), tx)
 
 
 def pretraining_losses(out, batch) -> dict[str, jax.Array]:
@@ -56,18 +67,38 @@ def pretraining_losses(out, batch) -> dict[str, jax.Array]:
         nsp_ce = optax.softmax_cross_entropy_with_integer_labels(nsp_logits, nsp_labels)  # [examples]
         m["nsp_loss_sum"] = (nsp_ce * w).sum()
         m["nsp_correct"] = ((jnp.argmax(nsp_logits, -1) == nsp_labels) * w).sum()
+    if isinstance(out, ElectraOutput):
+        real = batch["input_mask"].astype(jnp.float32)  # [batch, length]: ELECTRA's BCE runs over real tokens
+        bce = optax.sigmoid_binary_cross_entropy(out.rtd_logits, out.rtd_labels)  # [batch, length]
+        m["rtd_loss_sum"] = (bce * real).sum()
+        m["rtd_correct"] = (((out.rtd_logits > 0) == (out.rtd_labels > 0)) * real).sum()
+        m["rtd_replaced"] = (out.rtd_labels * real).sum()
+        m["rtd_tokens"] = real.sum()
     return m
 
 
 def _loss(params, graphdef, batch, rng, deterministic: bool):
     model = nnx.merge(graphdef, params)
     optional = {k: batch[k] for k in MODEL_INPUT_KEYS if k in batch}
-    out = model(batch["input_ids"], batch["input_mask"], batch["segment_ids"], batch["masked_lm_positions"],
-                deterministic=deterministic, rngs=None if deterministic else nnx.Rngs(dropout=rng), **optional)
+    rngs = None if deterministic else nnx.Rngs(dropout=rng)
+    args = (batch["input_ids"], batch["input_mask"], batch["segment_ids"], batch["masked_lm_positions"])
+    if isinstance(model, ElectraForPreTraining):
+        if "cls_positions" in optional:
+            raise ValueError("ELECTRA has no sentence-level head: packed batches with cls_positions do not apply")
+        # Evaluation draws its replacements from a fixed key: the same held-out numbers every time.
+        sample_key = jax.random.fold_in(rng, 1) if rng is not None else jax.random.key(0)
+        out = model(*args, batch["masked_lm_ids"], batch["masked_lm_weights"], sample_key=sample_key,
+                    deterministic=deterministic, rngs=rngs, **optional)
+    else:
+        out = model(*args, deterministic=deterministic, rngs=rngs, **optional)
     m = pretraining_losses(out, batch)
+    if isinstance(model, ElectraForPreTraining):
+        m["rtd_weighted_loss_sum"] = model.rtd_weight * m["rtd_loss_sum"]  # λ · BCE, summed like the rest
     loss = m["mlm_loss_sum"] / jnp.maximum(m["mlm_weight"], 1e-5)
     if "nsp_loss_sum" in m:
         loss = loss + m["nsp_loss_sum"] / jnp.maximum(m["examples"], 1e-5)
+    if "rtd_loss_sum" in m:
+        loss = loss + m["rtd_weighted_loss_sum"] / jnp.maximum(m["rtd_tokens"], 1e-5)
     return loss, m
 
 
@@ -78,7 +109,14 @@ def summarize(m: dict[str, jax.Array]) -> dict[str, jax.Array]:
     if "nsp_loss_sum" in m:
         out["nsp_loss"] = m["nsp_loss_sum"] / jnp.maximum(m["examples"], 1e-5)
         out["nsp_accuracy"] = m["nsp_correct"] / jnp.maximum(m["examples"], 1e-5)
-    out["loss"] = out["mlm_loss"] + out.get("nsp_loss", 0.0)
+    rtd = {}
+    if "rtd_loss_sum" in m:
+        tokens = jnp.maximum(m["rtd_tokens"], 1e-5)
+        out["rtd_loss"] = m["rtd_loss_sum"] / tokens
+        out["rtd_accuracy"] = m["rtd_correct"] / tokens
+        out["rtd_replaced_fraction"] = m["rtd_replaced"] / tokens  # how often the generator fooled the mask
+        rtd = {"weighted": m["rtd_weighted_loss_sum"] / tokens}
+    out["loss"] = out["mlm_loss"] + out.get("nsp_loss", 0.0) + rtd.get("weighted", 0.0)
     out["examples"] = m["examples"]  # examples in the summed batches (packed rows hold several)
     return out
 

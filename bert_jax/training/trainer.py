@@ -110,6 +110,16 @@ def vocab_size_of(config) -> int:
     return load_tokenizer(resolve(config.data.vocab)).vocab_size
 
 
+def electra_settings(config) -> dict | None:
+    """``config.electra`` (generator_fraction, rtd_weight) for objective "rtd", else None."""
+    if config.objective != "rtd":
+        return None
+    if "electra" not in config:
+        raise ValueError("objective 'rtd' needs config.electra (generator_fraction, rtd_weight): "
+                         "use configs/pretrain.py:model=electra")
+    return dict(config.electra)
+
+
 @dataclasses.dataclass(frozen=True)
 class PretrainingSteps:
     """The pre-training step as the trainer runs it: jitted with explicit shardings, state donated."""
@@ -133,7 +143,7 @@ def build_steps(config, model_cfg: BertConfig, mesh: Mesh) -> PretrainingSteps:
         raise ValueError(f"batch_size {config.batch_size} is not divisible by accumulation_steps {accumulation_steps}")
     tx, schedule = make_optimizer(optimizer)
     rules = tuple(tuple(r) for r in config.sharding_rules)
-    layout = state_layout(ts.pretraining_model(model_cfg, config.objective), tx, mesh, rules)
+    layout = state_layout(ts.pretraining_model(model_cfg, config.objective, electra_settings(config)), tx, mesh, rules)
     batch_sh = sh.batch_sharding(mesh, rules)
     train_fn = jax.jit(
         functools.partial(ts.train_step, graphdef=layout.graphdef, tx=tx, schedule=schedule,

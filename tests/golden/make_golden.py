@@ -86,7 +86,7 @@ TOKENIZER_EDGE_CASES = [
 
 def _load_package_data():
     """input_pipeline/package_data.py loaded by path (stdlib only), so neither bert_jax nor jax is imported."""
-    path = REPO / "bert_jax" / "package_data.py"
+    path = REPO / "input_pipeline" / "package_data.py"
     spec = importlib.util.spec_from_file_location("_bert_jax_package_data", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
