@@ -56,3 +56,4 @@ golden:
 	  echo "$(GOLDEN_REQS)" > $(GOLDEN_VENV)/.installed; \
 	fi
 	$(GOLDEN_PY) tests/golden/make_golden.py
+	$(GOLDEN_PY) tests/golden/make_bpe_golden.py

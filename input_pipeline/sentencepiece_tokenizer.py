@@ -58,6 +58,9 @@ class SentencePieceTokenizer:
     it is checked to list exactly the model's pieces in id order.
     """
 
+    pair_separators = 1  # a pair is [CLS] a [SEP] b [SEP]: one [SEP] between a and b
+    segment_b = 1  # segment id of b and its [SEP]
+
     def __init__(self, model_file: str | os.PathLike, *, vocab_file: str | os.PathLike | None = None):
         self.model_file = os.fspath(model_file)
         data, proto = _load_model(Path(model_file))

@@ -1,10 +1,13 @@
-"""`load_tokenizer`: the right BERT tokenizer for a vocabulary file or a directory holding one.
+"""`load_tokenizer`: the right tokenizer for a vocabulary file or a directory holding one.
 
 * ``*.model`` → `SentencePieceTokenizer` (with the ``vocab.txt`` beside it, when there is one, checked
   against the model);
+* ``vocab.json`` or ``merges.txt`` → `RobertaBPETokenizer` (RoBERTa's byte-level BPE: the
+  ``vocab.json`` and ``merges.txt`` side by side);
 * ``*.txt`` (``vocab.txt``) → `WordPieceTokenizer`;
-* a directory → its ``spm.model`` (or its only ``*.model``) if it has one, else its ``vocab.txt``.
-  build_vocab writes both files for SentencePiece vocabularies, so the model wins.
+* a directory → its ``spm.model`` (or its only ``*.model``) if it has one, else its ``vocab.json`` +
+  ``merges.txt`` or its ``vocab.txt`` (both kinds in one directory is an error: name the file).
+  build_vocab writes both a model and a vocab.txt for SentencePiece vocabularies, so the model wins.
 """
 
 from __future__ import annotations
@@ -12,18 +15,20 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from input_pipeline.bpe_tokenizer import MERGES_TXT, VOCAB_JSON, RobertaBPETokenizer
 from input_pipeline.sentencepiece_tokenizer import SentencePieceTokenizer
 from input_pipeline.tokenizers import WordPieceTokenizer
 from input_pipeline.vocab import VocabError
 
-Tokenizer = WordPieceTokenizer | SentencePieceTokenizer
+Tokenizer = WordPieceTokenizer | SentencePieceTokenizer | RobertaBPETokenizer
 SPM_MODEL = "spm.model"
 VOCAB_TXT = "vocab.txt"
 
 
 def load_tokenizer(path_or_dir: str | os.PathLike) -> Tokenizer:
-    """A `WordPieceTokenizer` for a vocab.txt, a `SentencePieceTokenizer` for a .model file (or a
-    directory holding one of them); `VocabError` naming the path otherwise."""
+    """A `WordPieceTokenizer` for a vocab.txt, a `SentencePieceTokenizer` for a .model file, a
+    `RobertaBPETokenizer` for a vocab.json (merges.txt beside it), or for a directory holding one of
+    them; `VocabError` naming the path otherwise."""
     path = Path(path_or_dir)
     if path.is_dir():
         models = sorted(path.glob("*.model"))
@@ -35,16 +40,27 @@ def load_tokenizer(path_or_dir: str | os.PathLike) -> Tokenizer:
         if models:
             vocab = models[0].with_name(VOCAB_TXT)
             return SentencePieceTokenizer(models[0], vocab_file=vocab if vocab.is_file() else None)
-        if (path / VOCAB_TXT).is_file():
+        bpe, wordpiece = (path / VOCAB_JSON).is_file(), (path / VOCAB_TXT).is_file()
+        if bpe and wordpiece:
+            raise VocabError(f"{path}: both {VOCAB_JSON} (byte-level BPE) and {VOCAB_TXT} (WordPiece); "
+                             f"name the file to use")
+        if bpe:
+            return RobertaBPETokenizer(path / VOCAB_JSON)
+        if wordpiece:
             return WordPieceTokenizer(path / VOCAB_TXT)
-        raise VocabError(f"{path}: no tokenizer here (expected {VOCAB_TXT} for WordPiece or a "
-                         f"SentencePiece *.model)")
+        hint = f" ({MERGES_TXT} without a {VOCAB_JSON})" if (path / MERGES_TXT).is_file() else ""
+        raise VocabError(f"{path}: no tokenizer here{hint} (expected {VOCAB_TXT} for WordPiece, "
+                         f"{VOCAB_JSON} + {MERGES_TXT} for byte-level BPE or a SentencePiece *.model)")
     if not path.is_file():
-        raise VocabError(f"{path}: no such file or directory (expected a {VOCAB_TXT}, a SentencePiece "
-                         f".model, or a directory holding one)")
+        raise VocabError(f"{path}: no such file or directory (expected a {VOCAB_TXT}, a {VOCAB_JSON}, a "
+                         f"SentencePiece .model, or a directory holding one)")
     if path.suffix == ".model":
         return SentencePieceTokenizer(path)
+    if path.name == VOCAB_JSON:
+        return RobertaBPETokenizer(path)
+    if path.name == MERGES_TXT:
+        return RobertaBPETokenizer(path.with_name(VOCAB_JSON), path)
     if path.suffix == ".txt":
         return WordPieceTokenizer(path)
     raise VocabError(f"{path}: unknown kind of vocabulary file (expected a WordPiece *.txt such as "
-                     f"{VOCAB_TXT} or a SentencePiece *.model)")
+                     f"{VOCAB_TXT}, a byte-level BPE {VOCAB_JSON} or a SentencePiece *.model)")

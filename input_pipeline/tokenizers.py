@@ -116,6 +116,9 @@ def _lowercase_patch() -> dict[int, int]:
 class WordPieceTokenizer:
     """BERT WordPiece tokenizer over a vocab.txt; ``tokenize`` is pure TF (graph-safe)."""
 
+    pair_separators = 1  # a pair is [CLS] a [SEP] b [SEP]: one [SEP] between a and b
+    segment_b = 1  # segment id of b and its [SEP]
+
     def __init__(self, vocab_file: str | os.PathLike, *, lower_case: bool | None = None):
         self.vocab_file = os.fspath(vocab_file)
         self.vocab: list[str] = load_vocab(vocab_file)

@@ -1,6 +1,6 @@
-"""GLUE examples → model features: ``[CLS] a [SEP] (b [SEP])`` token ids, input mask, segment ids,
-the label and the example's index, with sentence pairs truncated as Google BERT's run_classifier.py
-does (`truncate_seq_pair`, vectorised over all examples)."""
+"""GLUE examples → model features: ``[CLS] a [SEP] (b [SEP])`` token ids (RoBERTa: ``<s> a </s>
+(</s> b </s>)``), input mask, segment ids, the label and the example's index, with sentence pairs
+truncated as Google BERT's run_classifier.py does (`truncate_seq_pair`, vectorised over all examples)."""
 
 from __future__ import annotations
 
@@ -25,15 +25,20 @@ def featurize_pairs(examples, tokenizer, max_seq_length: int, *, regression: boo
     """[N, max_seq_length] ``input_ids`` (padded with ``pad_id``), ``input_mask``, ``segment_ids``
     (int32), [N] ``example_index`` (int32) and ``label`` (float32 scores if ``regression``, else int32
     class indices; 0 where an example has no label). ``examples``: objects with ``text_a``,
-    ``text_b`` (None for a single sentence) and ``label`` (`glue.GlueExample`)."""
-    if max_seq_length < 3:
-        raise ValueError(f"max_seq_length must be at least 3, got {max_seq_length}")
+    ``text_b`` (None for a single sentence) and ``label`` (`glue.GlueExample`).
+
+    The tokenizer's layout: ``cls a sep`` and, for a pair, ``pair_separators`` sep ids between a and b
+    (BERT ``[CLS] a [SEP] b [SEP]``; RoBERTa ``<s> a </s></s> b </s>``); b and what follows a's first
+    sep get segment ``segment_b`` (BERT 1, RoBERTa 0)."""
+    mid, seg_b = tokenizer.pair_separators, tokenizer.segment_b
+    if max_seq_length < 2 + mid:
+        raise ValueError(f"max_seq_length must be at least {2 + mid}, got {max_seq_length}")
     n, length = len(examples), max_seq_length
     has_b = np.array([e.text_b is not None for e in examples], bool)
     a_flat, a_len = tokenize_texts(tokenizer, [e.text_a for e in examples])
     b_flat, b_len = tokenize_texts(tokenizer, [e.text_b or "" for e in examples])
     b_len = np.where(has_b, b_len, 0)
-    ta, tb = truncate_seq_pair(a_len, b_len, length - 2 - has_b)
+    ta, tb = truncate_seq_pair(a_len, b_len, length - 2 - mid * has_b)
     ids = np.full((n, length), tokenizer.pad_id, np.int32)
     segments = np.zeros((n, length), np.int32)
     rows = np.arange(n)
@@ -41,12 +46,14 @@ def featurize_pairs(examples, tokenizer, max_seq_length: int, *, regression: boo
     r, j = _positions(ta)
     ids[r, 1 + j] = a_flat[(np.cumsum(a_len) - a_len)[r] + j]
     ids[rows, 1 + ta] = tokenizer.sep_id
+    for k in range(1, mid):  # RoBERTa's second </s> before b
+        ids[rows[has_b], (1 + ta + k)[has_b]] = tokenizer.sep_id
     r, j = _positions(tb)
-    ids[r, 2 + ta[r] + j] = b_flat[(np.cumsum(b_len) - b_len)[r] + j]
-    ids[rows[has_b], (2 + ta + tb)[has_b]] = tokenizer.sep_id
-    used = 2 + ta + np.where(has_b, tb + 1, 0)
+    ids[r, 1 + mid + ta[r] + j] = b_flat[(np.cumsum(b_len) - b_len)[r] + j]
+    ids[rows[has_b], (1 + mid + ta + tb)[has_b]] = tokenizer.sep_id
+    used = 2 + ta + np.where(has_b, tb + mid, 0)
     positions = np.arange(length)[None, :]
-    segments[(positions >= (2 + ta)[:, None]) & (positions < used[:, None])] = 1
+    segments[(positions >= (2 + ta)[:, None]) & (positions < used[:, None])] = seg_b
     labels = [0 if e.label is None else e.label for e in examples]
     return {"input_ids": ids, "input_mask": (positions < used[:, None]).astype(np.int32),
             "segment_ids": segments, "example_index": rows.astype(np.int32),

@@ -89,6 +89,12 @@ def convert_examples_to_features(examples: list, tokenizer, max_seq_length: int,
     if max_seq_length < max_query_length + 4:
         raise ValueError(f"max_seq_length {max_seq_length} leaves no room for the document after a "
                          f"{max_query_length}-token question ([CLS] and two [SEP] take 3 more)")
+    from input_pipeline.bpe_tokenizer import RobertaBPETokenizer
+
+    if isinstance(tokenizer, RobertaBPETokenizer):
+        raise ValueError(f"SQuAD features tokenize each context word alone and post-processing reads "
+                         f"WordPiece/SentencePiece tokens, which {tokenizer!r} (byte-level BPE) does not "
+                         f"support yet: use a WordPiece or SentencePiece vocabulary")
     word_index: dict[str, int] = {}
     paragraphs: dict[int, list[str]] = {}
     for ex in examples:
