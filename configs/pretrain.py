@@ -101,6 +101,9 @@ def get_config(arg=None):
         eval_fraction=0.0,  # >0 with text input: hold out this fraction of documents for eval
         format="bert", max_seq_length=512 if long else 128, max_predictions_per_seq=80 if long else 20,
         masked_lm_prob=0.15, whole_word_mask=False, short_seq_prob=0.1, packing="full",
+        # ALBERT's n-gram masking (dynamic masking and text input): N > 0 masks spans of n <= N whole
+        # words, p(n) proportional to 1/n (ALBERT used 3); 0: off (tokens, or whole_word_mask).
+        ngram_mask=0,
         # Sequence packing: up to K masked examples per row (attention only within an example,
         # positions restarting, NSP/SOP per example); batch_size then counts rows. 0: one per row,
         # as in the paper. docs/benchmarks.md measures what it saves.

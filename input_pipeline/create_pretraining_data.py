@@ -205,6 +205,8 @@ def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
     flags.DEFINE_enum("packing", _D.packing, list(examples.PACKINGS),
                       "With --objective none: full = FULL-SENTENCES, doc = DOC-SENTENCES.", flag_values=fv)
     flags.DEFINE_bool("whole_word_mask", _D.whole_word_mask, "Mask whole words.", flag_values=fv)
+    flags.DEFINE_integer("ngram", _D.ngram, "N > 0: ALBERT's n-gram masking, spans of n <= N whole words with "
+                         "p(n) proportional to 1/n (ALBERT: 3); 0: off.", lower_bound=0, flag_values=fv)
     flags.DEFINE_float("short_seq_prob", _D.short_seq_prob, "Probability of a shorter target length.", flag_values=fv)
     flags.DEFINE_integer("random_seed", _D.random_seed, "Seed for instances and masks.", flag_values=fv)
     flags.DEFINE_integer("num_shards", _D.num_shards, "Output files.", flag_values=fv)

@@ -111,7 +111,7 @@ class PretrainingData:
         if cfg is not None:  # dynamic masking: row i gets example_seed(seed, epoch, i)
             seeds = masking.example_seed(self.seed, epoch, index)  # [batch, 2]
             ids = features["input_ids"]  # [batch, L]
-            features = masking.mask_example(features, seeds, cfg, self._continuation(ids) if cfg.whole_word else None)
+            features = masking.mask_example(features, seeds, cfg, self._continuation(ids) if cfg.word_level else None)
         return epoch, index, features
 
     def chunks(self, epoch: int, skip_examples: int):
@@ -184,12 +184,15 @@ def make_pretraining_dataset(config, *, split: str = "train", batch_size: int, p
         raise ValueError("config.data.input is empty: set --config.data.input=... (see docs/data.md)")
     if split == "eval" and not d.eval_input and not d.eval_fraction:
         raise ValueError("evaluation needs config.data.eval_input or data.eval_fraction > 0 (or eval_every=0)")
+    ngram = d.get("ngram_mask", 0)
+    if isinstance(ngram, bool) or not isinstance(ngram, int) or ngram < 0:
+        raise ValueError(f"config.data.ngram_mask={ngram!r}: expected an int >= 0 (0: off; ALBERT used 3)")
     tokenizer = load_tokenizer(resolve(d.vocab))
     mask_cfg = None
     if d.masking == "dynamic":
         mask_cfg = pretraining.masking_config(tokenizer, masked_lm_prob=d.masked_lm_prob,
                                               max_predictions_per_seq=d.max_predictions_per_seq,
-                                              whole_word=d.whole_word_mask)
+                                              whole_word=d.whole_word_mask, ngram=ngram)
     elif d.masking != "static":
         raise ValueError(f"config.data.masking={d.masking!r}: expected 'static' or 'dynamic'")
     files = _record_files(spec)
@@ -221,7 +224,7 @@ def make_pretraining_dataset(config, *, split: str = "train", batch_size: int, p
         if d.masking == "static":
             cfg = pretraining.masking_config(tokenizer, masked_lm_prob=d.masked_lm_prob,
                                              max_predictions_per_seq=d.max_predictions_per_seq,
-                                             whole_word=d.whole_word_mask)
+                                             whole_word=d.whole_word_mask, ngram=ngram)
             rows = pretraining.mask_features(rows, tokenizer, cfg, seed=seed)
 
         def make_epoch(epoch: tf.Tensor) -> tf.data.Dataset:

@@ -112,11 +112,12 @@ def build_examples(documents, tokenizer, *, objective: str = "nsp", packing: str
 
 
 def masking_config(tokenizer, *, masked_lm_prob: float = 0.15, max_predictions_per_seq: int = 20,
-                   whole_word: bool = False) -> masking.MaskingConfig:
+                   whole_word: bool = False, ngram: int = 0) -> masking.MaskingConfig:
+    """The `masking.MaskingConfig` for ``tokenizer``'s vocabulary, special ids and [MASK]."""
     return masking.MaskingConfig(
         vocab_size=tokenizer.vocab_size, mask_id=tokenizer.mask_id,
         special_ids=tuple(sorted(tokenizer.special_ids)), masked_lm_prob=masked_lm_prob,
-        max_predictions_per_seq=max_predictions_per_seq, whole_word=whole_word)
+        max_predictions_per_seq=max_predictions_per_seq, whole_word=whole_word, ngram=ngram)
 
 
 def mask_features(features: dict, tokenizer, cfg: masking.MaskingConfig, *, seed: int,
@@ -146,7 +147,7 @@ def _masker(tokenizer, cfg: masking.MaskingConfig, length: int):
 
     @tf.function(input_signature=spec)
     def fn(ids, mask, seeds):
-        cont = tokenizer.is_continuation(ids) if cfg.whole_word else None
+        cont = tokenizer.is_continuation(ids) if cfg.word_level else None
         return masking.mask_example({"input_ids": ids, "input_mask": mask}, seeds, cfg, cont)
 
     return fn

@@ -33,6 +33,7 @@ class Settings:
     objective: str = "nsp"
     packing: str = "full"
     whole_word_mask: bool = False
+    ngram: int = 0  # N > 0: ALBERT's n-gram masking, spans of n <= N whole words (masking.MaskingConfig)
     short_seq_prob: float = 0.1
     random_seed: int = 12345
     num_shards: int = 1
@@ -54,6 +55,8 @@ class Settings:
             (self.num_shards >= 1 and self.dupe_factor >= 1, "num_shards, dupe_factor >= 1"),
             (self.max_seq_length >= 5, "max_seq_length >= 5"),
             (self.max_predictions_per_seq >= 1, "max_predictions_per_seq >= 1"),
+            (isinstance(self.ngram, int) and not isinstance(self.ngram, bool) and self.ngram >= 0,
+             "ngram an int >= 0 (0: off)"),
             (0 <= self.short_seq_prob <= 1 and 0 <= self.masked_lm_prob <= 1, "probabilities in [0, 1]"),
         ]
         bad = [what for ok, what in problems if not ok]
@@ -137,7 +140,7 @@ def write_shard(job: Job, shard: int, tokenizer, notify) -> dict:
     if s.masking == "static":
         cfg = pretraining.masking_config(tokenizer, masked_lm_prob=s.masked_lm_prob,
                                          max_predictions_per_seq=s.max_predictions_per_seq,
-                                         whole_word=s.whole_word_mask)
+                                         whole_word=s.whole_word_mask, ngram=s.ngram)
         feats = pretraining.mask_features(feats, tokenizer, cfg, seed=s.random_seed, stream=shard)
     pretraining.write_records(s.shard_path(job.output_dir, shard),
                               pretraining.serialize_features(feats), COMPRESSIONS[s.compression][0])

@@ -8,6 +8,7 @@ import os
 import random
 
 import numpy as np
+import pytest
 import tensorflow as tf
 from absl import flags
 
@@ -99,13 +100,32 @@ def test_cli(tiny_tok, tmp_path, write_token_corpus):
     write_token_corpus(tmp_path, num_files=2, docs_per_file=4)
     argv = ["prog", f"--input={tmp_path}/part-0.txt,{tmp_path}/part-1.txt", f"--vocab={tiny_tok.vocab_file}",
             f"--output={tmp_path / 'out'}", "--max_seq_length=32", "--dupe_factor=1",
-            "--objective=none", "--packing=full", "--num_shards=2", "--noprogress"]
+            "--objective=none", "--packing=full", "--num_shards=2", "--ngram=3", "--noprogress"]
     fv = flags.FlagValues()  # a fresh set: the module defines no flags at import
     cpd.define_flags(fv)
     fv(argv)
     cpd.main([], fv)
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["documents"] == 8 and summary["examples"] > 0 and summary["masked_tokens"] > 0
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["ngram"] == 3
+    with pytest.raises(flags.IllegalFlagValueError, match="ngram"):
+        fv(["prog", "--ngram=-1"])
+
+
+def test_tool_ngram_masks_reproduce(tiny_tok, tmp_path, write_token_corpus):
+    files = write_token_corpus(tmp_path, num_files=1, docs_per_file=8)
+    cpd.create_pretraining_data(str(files[0]), str(tmp_path / "out"), tiny_tok, max_seq_length=32,
+                                max_predictions_per_seq=5, dupe_factor=1, random_seed=4, ngram=3, progress=False)
+    (_, parsed), = read_shards(tmp_path / "out", 32, 5).values()
+    docs = pretraining.tokenize_documents(sources.read_documents([str(files[0])]), tiny_tok)
+    feats = pretraining.build_examples(list(docs), tiny_tok, max_seq_length=32, seed=random.Random(shard_seed(4, 0)))
+    cfg = lambda n: pretraining.masking_config(tiny_tok, max_predictions_per_seq=5, ngram=n)
+    masked = {n: pretraining.mask_features(feats, tiny_tok, cfg(n), seed=4, stream=0) for n in (3, 0)}
+    for k, v in parsed.items():
+        np.testing.assert_array_equal(v.numpy(), masked[3][k], err_msg=k)
+    assert (masked[3]["masked_lm_positions"] != masked[0]["masked_lm_positions"]).any()  # not token masking
+    with pytest.raises(ValueError, match="ngram an int >= 0"):
+        cpd.create_pretraining_data(str(files[0]), str(tmp_path / "bad"), tiny_tok, ngram=-2, progress=False)
 
 
 def test_wikipedia_excerpt_end_to_end(minilm_dir, wikipedia_dump, tmp_path):

@@ -85,6 +85,20 @@ def test_dynamic_masking(pretraining_data, pretraining_config, assert_batches_eq
     assert rows(other) != rows(e0)
 
 
+def test_dynamic_ngram_masking(pretraining_data, pretraining_config):
+    c = pretraining_config(pretraining_data, pretraining_data / "unmasked", ngram_mask=3)
+    ds = make_pretraining_dataset(c, batch_size=B)
+    assert ds.mask_cfg.ngram == 3 and ds.mask_cfg.word_level and not ds.mask_cfg.whole_word
+    batches = [next(ds) for _ in range(3)]
+    known = set(rows([records(pretraining_data / "unmasked")]))
+    assert set(rows(batches, unmasked)) <= known
+    weights = np.concatenate([b["masked_lm_weights"] for b in batches])
+    assert weights.shape == (3 * B, P) and weights.sum() > 0
+    c.data.ngram_mask = -1
+    with pytest.raises(ValueError, match=r"config.data.ngram_mask=-1: expected an int >= 0"):
+        make_pretraining_dataset(c, batch_size=B)
+
+
 def doc_numbers(batches, vocab):
     ids = np.concatenate([unmasked(b) for b in batches])
     return {int(vocab[i][1:]) for i in np.unique(ids) if vocab[i].startswith("d")}
