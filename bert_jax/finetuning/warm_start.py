@@ -71,7 +71,9 @@ def _from_workdir(spec: str, checkpoints: Path, step_dir: Path | None) -> WarmSt
     if config_json.exists():
         vocab = json.loads(config_json.read_text()).get("data", {}).get("vocab") or None
     target = step_dir if step_dir is not None else checkpoints
-    return WarmStart(spec, cfg, vocab, cfg.use_pooler, lambda model: restore_params(target, model, only="bert"))
+    allow = () if cfg.use_pooler else ("bert/pooler",)  # e.g. ELECTRA's discriminator has none
+    return WarmStart(spec, cfg, vocab, cfg.use_pooler,
+                     lambda model: restore_params(target, model, only="bert", allow_missing=allow))
 
 
 def open_init_checkpoint(spec: str) -> WarmStart:

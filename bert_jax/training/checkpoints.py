@@ -18,7 +18,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
-from flax import nnx, traverse_util
+from flax import nnx
 
 from bert_jax.model.weights import load_params
 
@@ -90,7 +90,9 @@ def read_tree(item: str | Path) -> dict[str, np.ndarray]:
         tree = ckptr.metadata(item).item_metadata.tree
         restored = ckptr.restore(item, jax.tree.map(
             lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=host), tree))
-    return {k: np.asarray(v) for k, v in traverse_util.flatten_dict(restored, sep="/").items()}
+    # Every leaf, lists and tuples included (optax states hold them): "opt_state/0/mu/bert/...".
+    return {"/".join(str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k)))) for k in path): np.asarray(v)
+            for path, v in jax.tree_util.tree_leaves_with_path(restored)}
 
 
 def read_params(path: str | Path) -> tuple[dict, epath.Path]:
@@ -112,12 +114,14 @@ def read_params(path: str | Path) -> tuple[dict, epath.Path]:
     return {k[len("params/"):]: v for k, v in state.items() if k.startswith("params/")}, path
 
 
-def restore_params(path: str | Path, target: nnx.Module, *, only: str | None = "bert") -> list[str]:
+def restore_params(path: str | Path, target: nnx.Module, *, only: str | None = "bert",
+                   allow_missing: tuple[str, ...] = ()) -> list[str]:
     """Loads a pre-training checkpoint's parameters into a (differently-headed) model in place.
 
     ``only="bert"`` restores the encoder and leaves the heads as initialised (fine-tuning);
     ``only=None`` restores everything. Returns the parameter paths left untouched. Anything missing,
-    extra or misshapen raises `CheckpointMismatchError` naming each one.
+    extra or misshapen raises `CheckpointMismatchError` naming each one; ``allow_missing`` path
+    prefixes may be absent (a pooler the pre-training model did not have).
     """
     stored, where = read_params(path)
-    return load_params(target, stored, where=str(where), only=only)
+    return load_params(target, stored, where=str(where), only=only, allow_missing=allow_missing)
