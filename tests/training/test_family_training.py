@@ -1,0 +1,64 @@
+"""The family's recipes through the one trainer: ALBERT and ELECTRA pre-train, checkpoint and
+resume exactly; fine-tuning restores the encoder (ELECTRA: the discriminator) from their workdirs."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from bert_jax.finetuning.warm_start import open_init_checkpoint
+from bert_jax.model.models import BertClassifier, create
+from bert_jax.training import trainer
+from bert_jax.training.checkpoints import read_params
+from bert_jax.training.metric_writer import read_metrics
+
+FAMILY = ["albert", "electra"]
+
+
+@pytest.fixture(scope="module", params=FAMILY)
+def straight(request, tmp_path_factory, tiny_config):
+    model = request.param
+    workdir = tmp_path_factory.mktemp(f"{model}_straight")
+    trainer.run(tiny_config(steps=4, model=model, eval_every=0, checkpoint_every=2), workdir)
+    return model, workdir
+
+
+def test_resume_is_exact(straight, tmp_path, tiny_config):
+    model, workdir = straight
+    trainer.run(tiny_config(steps=2, model=model, eval_every=0, checkpoint_every=2), tmp_path)
+    trainer.run(tiny_config(steps=4, model=model, eval_every=0, checkpoint_every=2), tmp_path)  # resumes at 2
+    a, _ = read_params(workdir)
+    b, _ = read_params(tmp_path)
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    last = read_metrics(tmp_path, "train")[-1]
+    np.testing.assert_allclose(last["loss"], read_metrics(workdir, "train")[-1]["loss"], rtol=1e-6)
+    if model == "electra":
+        assert {"rtd_loss", "rtd_accuracy", "mlm_loss"} <= set(last)
+        assert {k.split("/")[0] for k in a} == {"bert", "generator", "mlm", "rtd"}
+    else:  # ALBERT: one shared block, sentence-order prediction
+        assert a["bert/layers/ffn/intermediate/kernel"].shape[0] == 1 and "nsp_loss" in last
+
+
+def test_finetuning_restores_the_encoder(straight):
+    model, workdir = straight
+    warm = open_init_checkpoint(str(workdir))
+    cfg = dataclasses.replace(warm.config, use_pooler=True)  # what fine-tuning does for a classifier
+    clf = create(BertClassifier, cfg, 2)
+    untouched = warm.load_encoder(clf)
+    stored, _ = read_params(workdir)
+    got = read_params_of(clf)
+    for k, v in got.items():
+        if k.startswith("bert/") and not k.startswith("bert/pooler"):
+            np.testing.assert_array_equal(v, stored[k], err_msg=k)
+    fresh = {p.split("/")[0] if not p.startswith("bert/pooler") else "bert/pooler" for p in untouched}
+    # ELECTRA's discriminator has no pooler: it starts fresh, like the classifier.
+    assert fresh == ({"classifier", "bert/pooler"} if model == "electra" else {"classifier"})
+
+
+def read_params_of(model):
+    from flax import nnx, traverse_util
+
+    return {k: np.asarray(v) for k, v in traverse_util.flatten_dict(
+        nnx.state(model, nnx.Param).to_pure_dict(), sep="/").items()}
