@@ -13,13 +13,18 @@ CONFIGS_DIR = Path(__file__).resolve().parent.parent / "configs"
 def load_config_file(name: str, arg: str | None = None) -> ml_collections.ConfigDict:
     """``configs/<name>.py``'s ``get_config(arg)``, for code that runs a config without train.py's
     ``--config`` flag (the benchmarks, the demo, one config built on another)."""
+    return config_module(name).get_config(arg)
+
+
+def config_module(name: str):
+    """The module ``configs/<name>.py`` (its ``get_config`` and the tables it defines)."""
     path = CONFIGS_DIR / f"{name}.py"
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such config (run from a checkout of the repository)")
     spec = importlib.util.spec_from_file_location(f"bert_jax_configs_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.get_config(arg)
+    return module
 
 
 def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:

@@ -132,7 +132,7 @@ def compile_step(config, devices, batch_size: int) -> dict:
     """Compiles ``config``'s training step for ``batch_size`` on ``devices``; its memory and FLOPs."""
     import jax
 
-    from bert_jax.benchmark.flops import pretraining_flops
+    from bert_jax.benchmark.flops import model_flops
     from bert_jax.training import sharding as sh
 
     config = config.copy_and_resolve_references()
@@ -164,7 +164,8 @@ def compile_step(config, devices, batch_size: int) -> dict:
     batch = {k: jax.ShapeDtypeStruct(s, d, sharding=steps.batch_sharding) for k, (s, d) in shapes.items()}
     rng = jax.eval_shape(lambda: jax.random.key(0, impl=config.get("rng_impl", "threefry2x32")))
     start = time.perf_counter()
-    flops = pretraining_flops(cfg, batch_size, length, predictions) if predictions else None
+    fraction = config.electra.generator_fraction if "electra" in config else None
+    flops = model_flops(cfg, config.objective, batch_size, length, predictions, None, fraction) if predictions else None
     out = {"batch_size": batch_size, "mesh": dict(mesh.shape), "model_flops_per_step": flops, "length": length,
            "model": {"size": config.model.size, "dtype": cfg.dtype, "remat": cfg.remat_policy, "scan": cfg.scan_layers}}
     try:

@@ -13,13 +13,15 @@ from input_pipeline import cli
 
 def parse_args(argv=None, usage: str = "") -> argparse.Namespace:
     """``usage``: the command's docstring; its second paragraph (the example commands) is the description."""
-    from bert_jax.model.config import SIZES
-
     examples = (usage.split("\n\n") + [""])[1] or None
     p = cli.ArgumentParser(prog="python -m bert_jax.benchmark", description=examples,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     ints = lambda s: [int(x) for x in s.split(",") if x]  # noqa: E731
-    p.add_argument("--size", default="base", choices=tuple(SIZES), help=" | ".join(SIZES))
+    models = model_sizes()
+    p.add_argument("--model", default="bert", choices=tuple(models),
+                   help="the recipe in configs/pretrain.py (its objective, dropout, optimizer, size table)")
+    p.add_argument("--size", default=None, help="; ".join(f"{m}: {' | '.join(s)}" for m, s in models.items())
+                   + " (default: the recipe's: base; small for electra)")
     p.add_argument("--seq_len", type=int, default=128)
     p.add_argument("--batch_size", type=ints, default=[32], help="global batch; a comma list runs each")
     p.add_argument("--sweep", action="store_true", help="run every power of two from 8 up to --batch_size")
@@ -30,8 +32,9 @@ def parse_args(argv=None, usage: str = "") -> argparse.Namespace:
     p.add_argument("--scan", dest="scan", action="store_true", default=True, help="lax.scan over layers")
     p.add_argument("--noscan", dest="scan", action="store_false", help="unrolled layers")
     p.add_argument("--attention_impl", default="auto", choices=("auto", "xla", "cudnn", "explicit"))
-    p.add_argument("--attention_dropout", type=float, default=0.1,
-                   help="the paper's 0.1 forces the explicit attention path; 0 allows the fused one")
+    p.add_argument("--attention_dropout", type=float, default=None,
+                   help="default: the recipe's (BERT's 0.1 forces the explicit attention path; ALBERT's 0 allows "
+                        "the fused one)")
     p.add_argument("--rng_impl", default="threefry2x32", choices=("threefry2x32", "philox4x32", "rbg", "unsafe_rbg"),
                    help="PRNG of the dropout keys (config.rng_impl)")
     p.add_argument("--max_predictions", type=int, default=None, help="P (default: 5/32 of seq_len)")
@@ -42,7 +45,8 @@ def parse_args(argv=None, usage: str = "") -> argparse.Namespace:
                    help="pack up to K synthetic examples per row (segment-aware attention); 0 = one per row")
     p.add_argument("--unpad_multiple", type=int, default=0, metavar="M",
                    help="blocks on the real tokens only (config.unpad_multiple), counts rounded up to M; 0 = padded")
-    p.add_argument("--vocab_size", type=int, default=30522)
+    p.add_argument("--vocab_size", type=int, default=None,
+                   help="default: the paper's (bert, electra 30522; albert 30000; roberta 50265)")
     p.add_argument("--mesh", default=None,
                    help="(data, fsdp, tensor); -1 = the remaining devices (default -1,1,1; 1,1,1 with --compare)")
     p.add_argument("--memory_only", action="store_true", help="compile and report memory; run nothing")
@@ -70,6 +74,7 @@ def parse_args(argv=None, usage: str = "") -> argparse.Namespace:
         x = given.pop(0)
         argv.append(f"--variant={given.pop(0)}" if x == "--variant" and given else x)
     args = p.parse_args(argv)
+    check_model(p, args, models)
     if args.max_predictions is None:
         args.max_predictions = max(1, round(args.seq_len * 5 / 32))  # the paper's 20 at 128, 80 at 512
     args.compare = [x for x in args.compare.split(",") if x]
@@ -84,8 +89,35 @@ def parse_args(argv=None, usage: str = "") -> argparse.Namespace:
     return args
 
 
-SHAPE_FLAGS = ("--size", "--seq_len", "--batch_size", "--sweep", "--max_predictions", "--vocab_size", "--mesh",
-               "--short_seq_prob")  # what must be the same for every variant: the work and the data
+SHAPE_FLAGS = ("--model", "--size", "--seq_len", "--batch_size", "--sweep", "--max_predictions", "--vocab_size",
+               "--mesh", "--short_seq_prob")  # what must be the same for every variant: the work and the data
+
+
+def model_sizes() -> dict[str, tuple[str, ...]]:
+    """{model: its sizes} from configs/pretrain.py (MODELS, FAMILY_SIZE_NAMES; BERT's table otherwise)."""
+    from bert_jax.config_args import config_module
+    from bert_jax.model.config import SIZES
+
+    recipes = config_module("pretrain")
+    return {m: tuple(recipes.FAMILY_SIZE_NAMES.get(m, SIZES)) for m in recipes.MODELS}
+
+
+def check_model(parser, args, models: dict[str, tuple[str, ...]]) -> None:
+    """``parser.error`` unless ``--size`` is one of ``--model``'s; fills in the defaults that depend on the model."""
+    from bert_jax.benchmark.params import PAPER_VOCAB
+
+    sizes = models[args.model]
+    if args.size is None:  # the recipe's default size
+        from bert_jax.config_args import load_config_file
+
+        args.size = load_config_file("pretrain", f"model={args.model}").model.size.removeprefix(f"{args.model}-")
+    if args.size not in sizes:
+        parser.error(f"--size {args.size} for --model {args.model}: expected one of {' | '.join(sizes)}")
+    if args.vocab_size is None:
+        args.vocab_size = PAPER_VOCAB[args.model]
+    if args.model == "electra" and args.packing:
+        parser.error("--packing: ELECTRA has no sentence-level head for packed rows (cls_positions); "
+                     "use --packing 0 with --model electra")
 
 
 def variant_args(parser, argv: list[str], variant: str) -> argparse.Namespace:
@@ -107,6 +139,9 @@ def check_args(parser, args) -> None:
     unknown = sorted(set(args.compare) - set(IMPLEMENTATIONS))
     if unknown:
         parser.error(f"--compare {','.join(unknown)}: expected a comma list of {', '.join(IMPLEMENTATIONS)}")
+    if args.compare and args.model != "bert":
+        parser.error(f"--compare times Hugging Face's BertForPreTraining: it goes with --model bert, not "
+                     f"--model {args.model}")
     if args.memory_only or args.find_max_batch:
         parser.error("--compare and --variant time steps: they do not go with --memory_only or --find_max_batch")
     if not args.compare:

@@ -40,9 +40,9 @@ import time
 import jax
 import numpy as np
 
-from bert_jax.benchmark.flops import FORMULA, device_peak, pretraining_flops
+from bert_jax.benchmark.flops import device_peak
 from bert_jax.benchmark.hf import Impl, hf_flax, hf_torch, load_libraries
-from bert_jax.benchmark.timing import Bench
+from bert_jax.benchmark.timing import Bench, model_name
 
 
 def ours(bench, batch_size: int, peak, variant: str = "") -> Impl:
@@ -57,7 +57,7 @@ def ours(bench, batch_size: int, peak, variant: str = "") -> Impl:
         label += (f" (blocks on {tokens} of {batch_size * a.seq_len} token slots)" if tokens
                   else " (no padding to skip: the padded step)")
     return Impl(name, label, jax.devices()[0].platform, lambda: step()["loss"], lower_s + compile_s,
-                pretraining_flops(bench.cfg, batch_size, a.seq_len, a.max_predictions, tokens),
+                bench.flops(batch_size),
                 "gathered", peak, step.real_tokens)
 
 
@@ -116,14 +116,14 @@ def compare(bench, batch_size: int) -> dict:
     return {"mode": "compare", **bench.describe(batch_size), **{f"{k}_version": v for k, v in versions.items()},
             "steps": a.steps, "warmup": max(a.warmup, 1), "compare_block": max(a.compare_block, 1),
             "torch_threads": a.torch_threads if "hf-torch" in a.compare else None, "variants": a.variant,
-            "flops_formula": FORMULA, "dense_mlm_head": "P = S", "implementations": rows,
+            "flops_formula": bench.formula(), "dense_mlm_head": "P = S", "implementations": rows,
             "ratio_tokens_per_s": {r["name"]: r["ours_over_theirs"] for r in rows[1:]},
             "ratio_real_tokens_per_s": {r["name"]: r["ours_over_theirs_real_tokens"] for r in rows[1:]}}
 
 
 def summary(r: dict) -> str:
     w = max(14, *(len(x["name"]) for x in r["implementations"]))
-    lines = [f"compare: BERT-{r['size']} ({r['num_params'] / 1e6:.1f}M params) seq_len {r['seq_len']} batch "
+    lines = [f"compare: {model_name(r)} ({r['num_params'] / 1e6:.1f}M params) seq_len {r['seq_len']} batch "
              f"{r['batch_size']} P {r['max_predictions']} {r['dtype']} on {r['device_kind']} (load "
              f"{r['load_average'][0]}); {r['steps']} timed steps each, in turns of {r['compare_block']} after "
              f"{r['warmup']} warm-up",

@@ -1,7 +1,8 @@
 """Model FLOPs of a pre-training step, and the peak FLOP/s of the device they are measured against.
 
 FLOPs per pre-training step (forward + backward = 3 x forward; a multiply-add is 2 FLOPs),
-B batch, S sequence length, L layers, H hidden, I intermediate, V vocabulary, P masked positions:
+B batch, S sequence length, L layers, H hidden, I intermediate, E embedding width (= H unless
+factorised), V vocabulary, P masked positions. BERT and RoBERTa (E = H):
 
     6·B·[S·L·(4H² + 2H·I) + P·(H² + H·V)] + 12·L·B·S²·H
 
@@ -11,9 +12,22 @@ B batch, S sequence length, L layers, H hidden, I intermediate, V vocabulary, P 
   the word embeddings (H·V); a dense head would pay this on all S positions;
 - ``12·L·B·S²·H``: attention scores QKᵀ and probabilities·V (2·2·B·S²·H per layer, times 3).
 
-Not counted: embedding look-ups, pooler + NSP (6·B·(H² + 2H), negligible), element-wise work
-(GELU, softmax, LayerNorm, dropout) and the optimizer update. This is the usual "model FLOPs" of
-MFU: what the maths needs, not what the hardware executes (rematerialisation does not add to it).
+ALBERT (E < H, one shared block) adds the embedding projection E → H on every token and decodes
+through E; the shared block still runs L times, so sharing saves parameters, not FLOPs:
+
+    6·B·[S·L·(4H² + 2H·I) + S·E·H + P·(H·E + E·V)] + 12·L·B·S²·H
+
+ELECTRA is the generator (H_g, I_g: `bert_jax.model.electra.electra_generator_config`) as the MLM
+model above, with its own projection E → H_g, plus the discriminator on every token with its
+replaced-token head (dense H → H, then H → 1); sampling the replacements costs no matmul:
+
+    6·B·[S·L·(4H_g² + 2H_g·I_g) + S·E·H_g + P·(H_g·E + E·V)] + 12·L·B·S²·H_g
+      + 6·B·[S·L·(4H² + 2H·I) + S·E·H + S·(H² + H)] + 12·L·B·S²·H        (S·E·H_· only where E ≠ H_·)
+
+Not counted: embedding look-ups, pooler + NSP/SOP (6·B·(H² + 2H), negligible), element-wise work
+(GELU, softmax, LayerNorm, dropout, sampling) and the optimizer update. This is the usual "model
+FLOPs" of MFU: what the maths needs, not what the hardware executes (rematerialisation does not add
+to it). tests/benchmark/test_flops.py checks every formula against the matmuls of the jitted step.
 """
 
 from __future__ import annotations
@@ -22,22 +36,72 @@ import time
 
 from bert_jax.model.config import BertConfig
 
-FORMULA = "6*B*[S*L*(4H^2 + 2H*I) + P*(H^2 + H*V)] + 12*L*B*S^2*H"
+FORMULA = "6*B*[S*L*(4H^2 + 2H*I) + P*(H^2 + H*V)] + 12*L*B*S^2*H"  # BERT, RoBERTa: see `formula`
+
+
+def encoder_flops(cfg: BertConfig, batch_size: int, seq_len: int, tokens: int | None = None) -> int:
+    """Forward + backward of the encoder: the embedding projection E → H (factorised embeddings)
+    on all B·S slots, the blocks' projections and feed-forward on ``tokens`` slots (all B·S unless
+    unpadded, ``config.unpad_multiple``), attention on the padded [B, S]."""
+    b, s = batch_size, seq_len
+    n, h, i, e = cfg.num_layers, cfg.hidden_size, cfg.intermediate_size, cfg.embed_dim
+    t = b * s if tokens is None else tokens
+    projection = b * s * e * h if e != h else 0
+    return 6 * (projection + t * n * (4 * h * h + 2 * h * i)) + 12 * n * b * s * s * h
+
+
+def mlm_head_flops(cfg: BertConfig, predictions: int) -> int:
+    """Forward + backward of the MLM head on ``predictions`` positions: transform H → E, tied decoder E → V."""
+    h, e, v = cfg.hidden_size, cfg.embed_dim, cfg.vocab_size
+    return 6 * predictions * (h * e + e * v)
 
 
 def pretraining_flops(cfg: BertConfig, batch_size: int, seq_len: int, max_predictions: int,
                       tokens: int | None = None) -> int:
-    """Model FLOPs of one pre-training step (MLM head on ``max_predictions`` gathered positions).
-    ``tokens``: the token slots the blocks' projections and feed-forward run on when unpadded
-    (``config.unpad_multiple``) instead of all B·S; attention still covers the padded [B, S]."""
-    b, s, p = batch_size, seq_len, max_predictions
-    n, h, i, v = cfg.num_layers, cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
-    t = b * s if tokens is None else tokens
-    return 6 * (t * n * (4 * h * h + 2 * h * i) + b * p * (h * h + h * v)) + 12 * n * b * s * s * h
+    """Model FLOPs of one MLM pre-training step (BERT, RoBERTa, ALBERT; the MLM head on
+    ``max_predictions`` gathered positions). ``tokens``: the token slots the blocks' projections and
+    feed-forward run on when unpadded (``config.unpad_multiple``) instead of all B·S."""
+    return encoder_flops(cfg, batch_size, seq_len, tokens) + mlm_head_flops(cfg, batch_size * max_predictions)
+
+
+def electra_flops(cfg: BertConfig, generator_fraction: float, batch_size: int, seq_len: int, max_predictions: int,
+                  tokens: int | None = None) -> int:
+    """Model FLOPs of one ELECTRA step: the generator's MLM step + the discriminator on every token
+    with its replaced-token head (``cfg`` is the discriminator's)."""
+    from bert_jax.model.electra import electra_generator_config
+
+    generator = electra_generator_config(cfg, generator_fraction)
+    h, b, s = cfg.hidden_size, batch_size, seq_len
+    return (pretraining_flops(generator, b, s, max_predictions, tokens) + encoder_flops(cfg, b, s, tokens)
+            + 6 * b * s * (h * h + h))
+
+
+def model_flops(cfg: BertConfig, objective: str, batch_size: int, seq_len: int, max_predictions: int,
+                tokens: int | None = None, generator_fraction: float | None = None) -> int:
+    """Model FLOPs of the pre-training step for ``objective`` (nsp | sop | none: MLM; rtd: ELECTRA,
+    which needs ``generator_fraction``)."""
+    if objective != "rtd":
+        return pretraining_flops(cfg, batch_size, seq_len, max_predictions, tokens)
+    if generator_fraction is None:
+        raise ValueError("objective 'rtd' (ELECTRA) needs the generator_fraction for its FLOPs")
+    return electra_flops(cfg, generator_fraction, batch_size, seq_len, max_predictions, tokens)
+
+
+def formula(cfg: BertConfig, objective: str, generator_fraction: float | None = None) -> str:
+    """The formula `model_flops` evaluates for this model, in the module docstring's letters."""
+    e, h = cfg.embed_dim, cfg.hidden_size
+    if objective != "rtd":
+        return FORMULA if e == h else "6*B*[S*L*(4H^2 + 2H*I) + S*E*H + P*(H*E + E*V)] + 12*L*B*S^2*H"
+    from bert_jax.model.electra import electra_generator_config
+
+    hg = electra_generator_config(cfg, generator_fraction or 1.0).hidden_size
+    return ("generator 6*B*[S*L*(4H_g^2 + 2H_g*I_g)" + (" + S*E*H_g" if e != hg else "")
+            + " + P*(H_g*E + E*V)] + 12*L*B*S^2*H_g + discriminator 6*B*[S*L*(4H^2 + 2H*I)"
+            + (" + S*E*H" if e != h else "") + " + S*(H^2 + H)] + 12*L*B*S^2*H")
 
 
 def dense_mlm_flops(cfg: BertConfig, batch_size: int, seq_len: int) -> int:
-    """The same step with a dense MLM head (vocabulary projection at every position)."""
+    """The same (MLM) step with a dense MLM head (vocabulary projection at every position)."""
     return pretraining_flops(cfg, batch_size, seq_len, seq_len)
 
 

@@ -1,6 +1,7 @@
-"""One BERT pre-training step, the step the trainer runs, compiled and timed: `Bench` builds it
-(`bert_jax.training.trainer.build_steps`, synthetic batches of the real shapes, optional packing and
-unpadding), `run_one` times it and `summary` prints a result. The command line and what it reports:
+"""One pre-training step of BERT or its family (``--model``: the configs/pretrain.py recipe), the step
+the trainer runs, compiled and timed: `Bench` builds it (`bert_jax.training.trainer.build_steps`,
+synthetic batches of the real shapes, optional packing and unpadding), `run_one` times it and
+`summary` prints a result. The command line and what it reports:
 `bert_jax.benchmark.command` (``python -m bert_jax.benchmark``).
 """
 
@@ -15,12 +16,12 @@ import time
 import jax
 import numpy as np
 
-from bert_jax.benchmark.flops import FORMULA, dense_mlm_flops, device_peak, pretraining_flops
+from bert_jax.benchmark import params as paper_params
+from bert_jax.benchmark.flops import device_peak, formula, model_flops
 from bert_jax.benchmark.memory import GIB, memory_report
 from bert_jax.config_args import load_config_file
-from bert_jax.model.config import BertConfig, count_params
 from bert_jax.training import sharding as sh
-from bert_jax.training.trainer import build_steps
+from bert_jax.training.trainer import build_steps, model_config
 from input_pipeline.packing import PackedBatches
 from input_pipeline.synthetic import SyntheticBatches
 from input_pipeline.unpadding import token_index, with_token_index
@@ -36,13 +37,17 @@ class Bench:
 
     def __init__(self, args):
         self.args = args
-        config = load_config_file("pretrain", f"size={args.size},synthetic=True")
+        config = load_config_file("pretrain", f"model={args.model},size={args.size},synthetic=True")
         m = config.model
-        self.cfg = BertConfig.from_size(
-            args.size, vocab_size=args.vocab_size, max_position_embeddings=max(m.max_position_embeddings, args.seq_len),
-            dtype=args.dtype, scan_layers=args.scan, remat_policy=args.remat, attention_impl=args.attention_impl,
-            hidden_dropout_prob=m.hidden_dropout_prob, attention_dropout_prob=args.attention_dropout)
+        self.recipe_positions = m.max_position_embeddings
+        dropout = m.attention_dropout_prob if args.attention_dropout is None else args.attention_dropout
+        m.update(vocab_size=args.vocab_size, dtype=args.dtype, scan_layers=args.scan, remat_policy=args.remat,
+                 attention_impl=args.attention_impl, attention_dropout_prob=dropout,
+                 max_position_embeddings=max(m.max_position_embeddings,
+                                             args.seq_len + (m.position_offset or 0)))
+        self.cfg = model_config(config, args.vocab_size)  # the recipe's model, as the trainer builds it
         self.objective = config.objective
+        self.generator_fraction = config.electra.generator_fraction if "electra" in config else None
         shape = tuple(int(x) for x in args.mesh.split(","))
         devices = jax.devices() if -1 in shape else jax.devices()[: math.prod(shape)]
         self.mesh = sh.make_mesh(shape, devices)
@@ -82,16 +87,20 @@ class Bench:
         batch = self.host_batches(batch_size, 1)[0] if self.args.unpad_multiple else {}
         return batch["token_index"].size if "token_index" in batch else None
 
-    def compile(self, batch_size: int):
-        """(compiled step, lower seconds, compile seconds), from shapes only."""
+    def lower(self, batch_size: int):
+        """The step lowered for ``batch_size`` (from shapes only; `jax.stages.Lowered`)."""
         shards = math.prod(self.mesh.shape[a] for a in ("data", "fsdp"))
         if batch_size % shards:
             raise ValueError(f"batch_size {batch_size} is not divisible by the {shards} batch shards of mesh "
                              f"{dict(self.mesh.shape)}")
         # The shapes of the batches the steps will see (unpadded: the token count depends on the data).
         batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in self.host_batches(batch_size, 1)[0].items()}
+        return self.step_fn.lower(self.layout.abstract, batch, self.rng)
+
+    def compile(self, batch_size: int):
+        """(compiled step, lower seconds, compile seconds), from shapes only."""
         t0 = time.perf_counter()
-        lowered = self.step_fn.lower(self.layout.abstract, batch, self.rng)
+        lowered = self.lower(batch_size)
         t1 = time.perf_counter()
         compiled = lowered.compile(compiler_options=self.compiler_options or None)
         return compiled, t1 - t0, time.perf_counter() - t1
@@ -115,6 +124,16 @@ class Bench:
         step.real_tokens = mean_real_tokens(host)
         return step
 
+    def flops(self, batch_size: int, max_predictions: int | None = None) -> int:
+        """Model FLOPs of a step (bert_jax/benchmark/flops.py); ``max_predictions`` = seq_len: a dense MLM head."""
+        a = self.args
+        p = a.max_predictions if max_predictions is None else max_predictions
+        return model_flops(self.cfg, self.objective, batch_size, a.seq_len, p, self.block_tokens(batch_size),
+                           self.generator_fraction)
+
+    def formula(self) -> str:
+        return formula(self.cfg, self.objective, self.generator_fraction)
+
     def describe(self, batch_size: int | None) -> dict:
         a, cfg, dev = self.args, self.cfg, jax.devices()[0]
         if cfg.attention_dropout_prob == 0.0 and cfg.attention_impl != "explicit":
@@ -122,7 +141,10 @@ class Bench:
         else:
             path = "explicit einsum-softmax-dropout-einsum" + (
                 " (attention dropout needs the probabilities)" if cfg.attention_dropout_prob else "")
-        return {"size": a.size, "num_params": count_params(cfg, with_mlm=True, with_nsp=True),
+        counts = paper_params.param_counts(a.model, a.size, self.layout.abstract.params, cfg.embed_dim,
+                                           cfg.vocab_size, cfg.max_position_embeddings, self.recipe_positions)
+        return {"model": a.model, "size": a.size, "objective": self.objective, "num_params": counts["total"],
+                "params": counts,
                 "seq_len": a.seq_len, "batch_size": batch_size, "max_predictions": a.max_predictions,
                 "vocab_size": cfg.vocab_size, "dtype": a.dtype, "remat": a.remat, "scan": a.scan,
                 "rng_impl": a.rng_impl, "attention_impl": a.attention_impl, "unpad_multiple": a.unpad_multiple,
@@ -160,14 +182,14 @@ def run_one(bench: Bench, batch_size: int) -> dict:
     peak, source = device_peak(a.dtype, bench.mesh.devices.size)
     times, loss, real_tokens = time_steps(bench, compiled, batch_size)
     median, best = float(np.median(times)), float(np.min(times))
-    flops = pretraining_flops(bench.cfg, batch_size, a.seq_len, a.max_predictions, bench.block_tokens(batch_size))
+    flops = bench.flops(batch_size)
     out.update({
         "steps": a.steps, "warmup": a.warmup, "step_time_median_s": round(median, 5),
         "step_time_min_s": round(best, 5), "sequences_per_s": round(batch_size / median, 2),
         "tokens_per_s": round(batch_size * a.seq_len / median, 1), "loss": round(loss, 4),
         "real_tokens_per_step": real_tokens, "real_tokens_per_s": round(real_tokens / median, 1),
-        "model_flops_per_step": flops, "flops_formula": FORMULA,
-        "model_flops_dense_mlm_head": dense_mlm_flops(bench.cfg, batch_size, a.seq_len),
+        "model_flops_per_step": flops, "flops_formula": bench.formula(),
+        "model_flops_dense_mlm_head": bench.flops(batch_size, a.seq_len),
         "achieved_flops_per_s": round(flops / median), "peak_flops_per_s": round(peak), "peak_source": source,
         "mfu": round(flops / median / peak, 4),
     })
@@ -176,20 +198,28 @@ def run_one(bench: Bench, batch_size: int) -> dict:
     return out
 
 
+NAMES = {"bert": "BERT", "roberta": "RoBERTa", "albert": "ALBERT", "electra": "ELECTRA"}
+
+
+def model_name(r: dict) -> str:
+    """``BERT-base``, ``ELECTRA-small (objective rtd)``, ... from a result."""
+    return f"{NAMES.get(r['model'], r['model'])}-{r['size']} (objective {r['objective']})"
+
+
 def summary(r: dict) -> str:
     batch = "" if r["batch_size"] is None else f"batch {r['batch_size']} "
-    lines = [f"{r['mode']}: BERT-{r['size']} ({r['num_params'] / 1e6:.1f}M params) seq_len {r['seq_len']} {batch}"
+    lines = [f"{r['mode']}: {model_name(r)} ({r['num_params'] / 1e6:.1f}M params) seq_len {r['seq_len']} {batch}"
              f"P {r['max_predictions']} {r['dtype']} remat={r['remat']} scan={r['scan']} "
              f"on {r['devices']} x {r['device_kind']} (load {r['load_average'][0]})",
-             f"  attention: {r['attention_path']}"]
+             f"  attention: {r['attention_path']}", paper_params.summary(r["params"])]
+    if r.get("unpad_multiple"):
+        lines[1] += f"; blocks on the real tokens only (--unpad_multiple {r['unpad_multiple']})"
     if r["mode"] == "find_max_batch":
         return "\n".join(lines + [
             f"  largest batch (multiple of {r['batch_multiple']}) whose compiled estimate fits: "
             + ", ".join(f"{g} GiB -> {b}" for g, b in r["max_batch"].items()),
             f"  estimates (GiB) by batch: {r['estimates_gib']}"])
     m = r["memory"] and {k: v / GIB for k, v in r["memory"].items() if k.endswith("_bytes")}
-    if r.get("unpad_multiple"):
-        lines[-1] += f"; blocks on the real tokens only (--unpad_multiple {r['unpad_multiple']})"
     lines += [f"  compile: {r['compile_s']:.1f} s (lower {r['lower_s']:.1f} s)",
               "  memory: no analysis on this backend" if not m else
               f"  memory: {m['estimate_bytes']:.2f} GiB per device (arguments {m['argument_bytes']:.2f} + outputs "
