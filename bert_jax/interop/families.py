@@ -87,6 +87,7 @@ class Family:
     shared_layers: bool = False  # ALBERT: one block applied num_layers times
     pair_head: str | None = None  # what nsp/dense is trained for: "nsp" (BERT), "sop" (ALBERT), None
     fixed_mlm_act: str | None = None  # HF's MLM head activation when it ignores hidden_act
+    vocab_file: str | None = "vocab.txt"  # the tokenizer file `hf:` takes as the vocabulary, if any
 
     @property
     def bare_prefixes(self) -> tuple[str, ...]:
@@ -125,7 +126,7 @@ FAMILIES: dict[str, Family] = {
          "nsp": tuple(linear("nsp/dense", "sop_classifier.classifier"))},
         (*_COMMON_TIED, "predictions.decoder.weight", "predictions.decoder.bias"),
         {"encoder": "AlbertModel", "pretraining": "AlbertForPreTraining", "mlm": "AlbertForMaskedLM"},
-        shared_layers=True, pair_head="sop"),
+        shared_layers=True, pair_head="sop", vocab_file=None),  # spiece.model: not BERT's special tokens
     "electra": Family(
         "electra", "ELECTRA", "electra", "electra.encoder.layer.{i}.", tuple(_bert_block(tf=False)),
         tuple(_embeddings("electra", tf=False) + linear("bert/embedding_projection", "electra.embeddings_project")),
@@ -141,7 +142,7 @@ FAMILIES: dict[str, Family] = {
         {"mlm": tuple(_mlm("lm_head.dense", "lm_head.layer_norm", "lm_head.bias"))},
         (*_COMMON_TIED, "lm_head.decoder.weight", "lm_head.decoder.bias"),
         {"encoder": "RobertaModel", "mlm": "RobertaForMaskedLM"},
-        fixed_mlm_act="gelu"),
+        fixed_mlm_act="gelu", vocab_file="vocab.json"),  # + merges.txt beside it
 }
 
 

@@ -1,8 +1,9 @@
 """Opening a pre-trained checkpoint by spec: ``hf:DIR``, ``tf:PREFIX`` or ``orbax:DIR``.
 
 - ``hf:DIR``: a Hugging Face BERT, ALBERT, ELECTRA or RoBERTa directory (config.json, whose
-  ``model_type`` picks the family, + model.safetensors or pytorch_model.bin; vocab.txt if present).
-  pytorch_model.bin is read without torch.
+  ``model_type`` picks the family, + model.safetensors or pytorch_model.bin; the vocabulary if
+  present: vocab.txt, RoBERTa's vocab.json; ALBERT's spiece.model is not picked up). pytorch_model.bin
+  is read without torch.
 - ``tf:PREFIX``: Google's original checkpoint (``bert_model.ckpt`` prefix; bert_config.json and
   vocab.txt beside it), read with ``tf.train.load_checkpoint``.
 - ``orbax:DIR``: parameters saved by `save_orbax` (bert_config.json + an Orbax ``params`` item).
@@ -52,8 +53,11 @@ def _json(path: Path) -> dict:
 def _check_vocab(vocab: Path | None, cfg: BertConfig, config_file: Path) -> Path | None:
     if vocab is None or not vocab.exists():
         return None
-    with open(vocab, "rb") as f:
-        n = sum(1 for line in f if line.strip())
+    if vocab.suffix == ".json":  # RoBERTa's byte-level BPE: {token: id}
+        n = len(_json(vocab))
+    else:
+        with open(vocab, "rb") as f:
+            n = sum(1 for line in f if line.strip())
     if n != cfg.vocab_size:
         raise ValueError(f"{vocab} has {n} tokens but {config_file} says vocab_size={cfg.vocab_size}")
     return vocab
@@ -85,7 +89,8 @@ def read_hf(directory: str | Path) -> Checkpoint:
     heads = convert.heads_in(tensors, "hf", fam)
     cfg = convert.config_from_hf(hf_cfg, source=str(config_file), use_pooler=heads["pooler"])
     convert.check_fits(cfg, fam, heads, where=str(d))
-    return Checkpoint(cfg, "hf", d, tensors, heads, _check_vocab(d / "vocab.txt", cfg, config_file), fam.model_type)
+    vocab = _check_vocab(d / fam.vocab_file if fam.vocab_file else None, cfg, config_file)
+    return Checkpoint(cfg, "hf", d, tensors, heads, vocab, fam.model_type)
 
 
 def read_tf(prefix: str | Path) -> Checkpoint:

@@ -19,7 +19,6 @@ tables and embedding LayerNorm equal the discriminator's, as in ELECTRA's pre-tr
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 import tempfile

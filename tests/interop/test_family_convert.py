@@ -287,3 +287,20 @@ def test_electra_pair_is_one_two_network_model(family_golden, tmp_path):
         pretrained.build_electra(disc, changed("width", config=gen_g.config | {"intermediate_size": 30}))
     with pytest.raises(ValueError, match="expected an ELECTRA discriminator"):
         pretrained.build_electra(disc, disc)
+
+
+def test_vocabulary_files(family_golden, tmp_path):
+    """``hf:`` takes RoBERTa's vocab.json (checked against vocab_size) as the vocabulary, and
+    fine-tuning's warm start with it; ALBERT's spiece.model is not taken (BERT's special tokens)."""
+    g = family_golden("roberta")
+    d = write_dir(tmp_path / "r", g.tensors, g.config)
+    (d / "vocab.json").write_text(json.dumps({f"t{i}": i for i in range(120)}))
+    assert pretrained.read_checkpoint(f"hf:{d}").vocab_file == d / "vocab.json"
+    assert open_init_checkpoint(f"hf:{d}").vocab_file == str(d / "vocab.json")
+    (d / "vocab.json").write_text(json.dumps({f"t{i}": i for i in range(119)}))
+    with pytest.raises(ValueError, match=r"vocab.json has 119 tokens but .*config.json says vocab_size=120"):
+        pretrained.read_checkpoint(f"hf:{d}")
+    g = family_golden("albert")
+    d = write_dir(tmp_path / "a", g.tensors, g.config)
+    (d / "spiece.model").write_bytes(b"not read")
+    assert pretrained.read_checkpoint(f"hf:{d}").vocab_file is None
