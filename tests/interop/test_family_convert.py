@@ -251,24 +251,26 @@ def test_fine_tuning_warm_start(network, family_golden, family_model):
         np.testing.assert_array_equal(params_of(target)[k], v)
 
 
-def test_electra_pair_is_one_two_network_model(family_golden, tmp_path):
+@pytest.fixture(scope="module")
+def electra_pair(family_golden):
+    disc, gen = (pretrained.read_checkpoint(f"hf:{family_golden(n).directory}")
+                 for n in ("electra_discriminator", "electra_generator"))
+    return disc, gen, pretrained.build_electra(disc, gen, config=disc.config.deterministic())
+
+
+def test_electra_pair_is_one_two_network_model(family_golden, electra_pair, tmp_path):
     """HF's discriminator + generator directories -> the `ElectraForPreTraining` pre-training trains
-    (one shared embedding copy), both networks matching transformers; exported back, the very files."""
-    disc_g, gen_g = family_golden("electra_discriminator"), family_golden("electra_generator")
-    disc, gen = (pretrained.read_checkpoint(f"hf:{g.directory}") for g in (disc_g, gen_g))
-    model = pretrained.build_electra(disc, gen, config=disc.config.deterministic())
+    (one shared embedding copy) holding each network's tensors; exported back, the very files."""
+    disc, gen, model = electra_pair
     assert isinstance(model, ElectraForPreTraining) and model.generator.cfg.hidden_size == 16
+    ours = params_of(model)
+    for ckpt, rename in ((disc, lambda k: k), (gen, lambda k: k.replace("bert/layers/", "generator/layers/"))):
+        params, _, _ = convert.to_our_names(ckpt.tensors, ckpt.config, source="hf", model_type="electra")
+        for k, v in params.items():
+            np.testing.assert_array_equal(np.asarray(ours[rename(k)]), v, err_msg=k)
+    assert not any(k.startswith("generator/embedding") for k in ours)  # E == 16 == the generator's hidden
 
-    def run(m, ids, mask, seg):
-        generated = m.generator(ids, mask, seg, embedding_output=m.bert.embeddings(ids, seg))
-        return (m.mlm(generated.sequence_output, m.bert.embeddings.word_embeddings),  # [B, L, V]
-                m.rtd(m.bert(ids, mask, seg).sequence_output))  # [B, L]
-
-    mlm, rtd = nnx.jit(run)(model, *(jnp.asarray(a) for a in disc_g.inputs))
-    real = disc_g.inputs[1].astype(bool)
-    np.testing.assert_allclose(np.asarray(mlm)[real], gen_g.outputs["mlm"][real], atol=1e-4)
-    np.testing.assert_allclose(np.asarray(rtd)[real], disc_g.outputs["rtd"][real], atol=1e-4)
-
+    disc_g, gen_g = family_golden("electra_discriminator"), family_golden("electra_generator")
     for directory, g in zip(convert.export_electra(model, disc.config, tmp_path), (disc_g, gen_g), strict=True):
         written = load_file(str(directory / "model.safetensors"))
         assert sorted(written) == sorted(g.tensors), directory
@@ -287,6 +289,24 @@ def test_electra_pair_is_one_two_network_model(family_golden, tmp_path):
         pretrained.build_electra(disc, changed("width", config=gen_g.config | {"intermediate_size": 30}))
     with pytest.raises(ValueError, match="expected an ELECTRA discriminator"):
         pretrained.build_electra(disc, disc)
+
+
+@pytest.mark.slow
+def test_electra_pair_matches_transformers(family_golden, electra_pair):
+    """The two-network model's generator (on the shared embeddings) and discriminator compute HF's
+    ElectraForMaskedLM and ElectraForPreTraining logits (1e-4, real positions)."""
+    _, _, model = electra_pair
+    disc_g, gen_g = family_golden("electra_discriminator"), family_golden("electra_generator")
+
+    def run(m, ids, mask, seg):
+        generated = m.generator(ids, mask, seg, embedding_output=m.bert.embeddings(ids, seg))
+        return (m.mlm(generated.sequence_output, m.bert.embeddings.word_embeddings),  # [B, L, V]
+                m.rtd(m.bert(ids, mask, seg).sequence_output))  # [B, L]
+
+    mlm, rtd = nnx.jit(run)(model, *(jnp.asarray(a) for a in disc_g.inputs))
+    real = disc_g.inputs[1].astype(bool)
+    np.testing.assert_allclose(np.asarray(mlm)[real], gen_g.outputs["mlm"][real], atol=1e-4)
+    np.testing.assert_allclose(np.asarray(rtd)[real], disc_g.outputs["rtd"][real], atol=1e-4)
 
 
 def test_vocabulary_files(family_golden, tmp_path):
