@@ -57,3 +57,4 @@ golden:
 	fi
 	$(GOLDEN_PY) tests/golden/make_golden.py
 	$(GOLDEN_PY) tests/golden/make_bpe_golden.py
+	$(GOLDEN_PY) tests/golden/make_family_golden.py

@@ -6,7 +6,8 @@ Accepted specs (``pkg:`` names are resolved first, e.g. ``hf:pkg:minilm``):
   optionally written ``orbax:WORKDIR``: the latest step's parameters; the model config from the
   checkpoint's metadata; the vocabulary from the workdir's ``config.json`` (``data.vocab``);
 * ``orbax:DIR`` written by `bert_jax.interop.pretrained.save_orbax` (``bert_config.json`` + ``params``);
-* ``hf:DIR`` (Hugging Face BERT) and ``tf:PREFIX`` (Google's TF checkpoint).
+* ``hf:DIR`` (Hugging Face BERT, ALBERT, ELECTRA or RoBERTa: `bert_jax.interop.pretrained.read_hf`) and
+  ``tf:PREFIX`` (Google's TF checkpoint).
 
 Only the encoder (``bert/...``, pooler included) is restored; task heads start fresh. A checkpoint
 without a pooler (e.g. trained with ``use_pooler=False``) leaves the pooler freshly initialised.

@@ -156,15 +156,17 @@ def run(init: str, input_path, output_path, *, layers=(-1, -2, -3, -4), max_seq_
     vocab = vocab or ckpt.vocab_file
     if vocab is None:
         raise ValueError(f"{init}: no vocab.txt beside the checkpoint; pass --vocab")
+    if Path(vocab).suffix != ".txt":  # e.g. RoBERTa's vocab.json: another input layout (<s> a </s></s> b </s>)
+        raise ValueError(f"{vocab}: feature extraction takes a WordPiece vocab.txt; pass --vocab")
     tokenizer = WordPieceTokenizer(vocab)
     if tokenizer.vocab_size != ckpt.config.vocab_size:
         raise ValueError(f"{vocab} has {tokenizer.vocab_size} tokens but the checkpoint's "
                          f"vocab_size is {ckpt.config.vocab_size}")
-    if max_seq_length is not None and not 3 <= max_seq_length <= ckpt.config.max_position_embeddings:
-        raise ValueError(f"--max_seq_length {max_seq_length}: expected 3.."
-                         f"{ckpt.config.max_position_embeddings} for this checkpoint")
+    model_max = ckpt.config.max_position_embeddings - ckpt.config.position_offset  # longest row it takes
+    if max_seq_length is not None and not 3 <= max_seq_length <= model_max:
+        raise ValueError(f"--max_seq_length {max_seq_length}: expected 3..{model_max} for this checkpoint")
     model = pretrained.build_model(ckpt, with_heads=False, config=ckpt.config.deterministic())
-    *arrays, tokens = encode_inputs(tokenizer, inputs, max_seq_length, ckpt.config.max_position_embeddings)
+    *arrays, tokens = encode_inputs(tokenizer, inputs, max_seq_length, model_max)
     feats, pooled = extract(model, arrays, list(layers), batch_size, progress=progress)
     write_output(output_path, arrays, feats, pooled, tokens)
     return {"inputs": len(inputs), "length": arrays[0].shape[1], "layers": list(layers),

@@ -1,7 +1,9 @@
 """Opening a pre-trained checkpoint by spec: ``hf:DIR``, ``tf:PREFIX`` or ``orbax:DIR``.
 
-- ``hf:DIR``: a Hugging Face BERT directory (config.json + model.safetensors or pytorch_model.bin;
-  vocab.txt if present). pytorch_model.bin is read without torch.
+- ``hf:DIR``: a Hugging Face BERT, ALBERT, ELECTRA or RoBERTa directory (config.json, whose
+  ``model_type`` picks the family, + model.safetensors or pytorch_model.bin; the vocabulary if
+  present: vocab.txt, RoBERTa's vocab.json; ALBERT's spiece.model is not picked up). pytorch_model.bin
+  is read without torch.
 - ``tf:PREFIX``: Google's original checkpoint (``bert_model.ckpt`` prefix; bert_config.json and
   vocab.txt beside it), read with ``tf.train.load_checkpoint``.
 - ``orbax:DIR``: parameters saved by `save_orbax` (bert_config.json + an Orbax ``params`` item).
@@ -19,7 +21,9 @@ import numpy as np
 from flax import nnx
 
 from bert_jax.interop import convert
+from bert_jax.interop.families import family
 from bert_jax.model.config import BertConfig
+from bert_jax.model.electra import ElectraDiscriminator, ElectraForPreTraining, electra_generator_config
 from bert_jax.model.encoder import BertEncoder
 from bert_jax.model.models import BertForPreTraining, create
 from bert_jax.model.weights import load_params
@@ -32,8 +36,9 @@ class Checkpoint:
     source: str  # "hf" | "tf" | "orbax"
     path: Path
     tensors: dict[str, np.ndarray] | None  # checkpoint names (hf/tf); None for orbax
-    heads: dict[str, bool]  # pooler / mlm / nsp present
+    heads: dict[str, bool]  # pooler / mlm / nsp / rtd present
     vocab_file: Path | None
+    model_type: str = "bert"  # the family (bert_jax.interop.families): bert, albert, electra, roberta
 
 
 def _json(path: Path) -> dict:
@@ -48,8 +53,11 @@ def _json(path: Path) -> dict:
 def _check_vocab(vocab: Path | None, cfg: BertConfig, config_file: Path) -> Path | None:
     if vocab is None or not vocab.exists():
         return None
-    with open(vocab, "rb") as f:
-        n = sum(1 for line in f if line.strip())
+    if vocab.suffix == ".json":  # RoBERTa's byte-level BPE: {token: id}
+        n = len(_json(vocab))
+    else:
+        with open(vocab, "rb") as f:
+            n = sum(1 for line in f if line.strip())
     if n != cfg.vocab_size:
         raise ValueError(f"{vocab} has {n} tokens but {config_file} says vocab_size={cfg.vocab_size}")
     return vocab
@@ -58,7 +66,7 @@ def _check_vocab(vocab: Path | None, cfg: BertConfig, config_file: Path) -> Path
 def read_hf(directory: str | Path) -> Checkpoint:
     d = Path(directory)
     if not d.is_dir():
-        raise FileNotFoundError(f"{d}: not a directory (expected a Hugging Face BERT checkpoint)")
+        raise FileNotFoundError(f"{d}: not a directory (expected a Hugging Face BERT-family checkpoint)")
     st, bin_ = d / "model.safetensors", d / "pytorch_model.bin"
     if st.exists():
         from safetensors import SafetensorError
@@ -74,11 +82,15 @@ def read_hf(directory: str | Path) -> Checkpoint:
         tensors = load_state_dict(bin_)
     else:
         raise FileNotFoundError(f"{d}: has neither model.safetensors nor pytorch_model.bin")
-    tensors = convert.normalize_hf_names(tensors)
-    heads = convert.heads_in(tensors, "hf")
-    cfg = convert.config_from_hf(_json(d / "config.json"), source=str(d / "config.json"),
-                                 use_pooler=heads["pooler"])
-    return Checkpoint(cfg, "hf", d, tensors, heads, _check_vocab(d / "vocab.txt", cfg, d / "config.json"))
+    config_file = d / "config.json"
+    hf_cfg = _json(config_file)
+    fam = family(hf_cfg.get("model_type"), source=str(config_file))
+    tensors = convert.normalize_hf_names(tensors, fam)
+    heads = convert.heads_in(tensors, "hf", fam)
+    cfg = convert.config_from_hf(hf_cfg, source=str(config_file), use_pooler=heads["pooler"])
+    convert.check_fits(cfg, fam, heads, where=str(d))
+    vocab = _check_vocab(d / fam.vocab_file if fam.vocab_file else None, cfg, config_file)
+    return Checkpoint(cfg, "hf", d, tensors, heads, vocab, fam.model_type)
 
 
 def read_tf(prefix: str | Path) -> Checkpoint:
@@ -105,13 +117,13 @@ def read_orbax(directory: str | Path) -> Checkpoint:
     meta = _json(d / "bert_config.json")
     try:
         cfg = BertConfig.from_dict(meta["config"])
-        heads = dict(meta["heads"])
+        heads = {"rtd": False, **meta["heads"]}
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{d / 'bert_config.json'}: not written by bert_jax save_orbax ({e})") from e
     if not (d / "params").exists():
         raise FileNotFoundError(f"{d / 'params'}: not found (expected an Orbax params checkpoint)")
     vocab = _check_vocab(d / "vocab.txt", cfg, d / "bert_config.json")
-    return Checkpoint(cfg, "orbax", d, None, heads, vocab)
+    return Checkpoint(cfg, "orbax", d, None, heads, vocab, convert.model_type_of(None, cfg))
 
 
 def read_checkpoint(spec: str) -> Checkpoint:
@@ -124,17 +136,58 @@ def read_checkpoint(spec: str) -> Checkpoint:
 
 def build_model(ckpt: Checkpoint, *, with_heads: bool = True, seed: int = 0,
                 config: BertConfig | None = None) -> nnx.Module:
-    """The encoder (plus the checkpoint's pre-training heads when ``with_heads``), loaded strictly.
+    """The encoder (plus the checkpoint's pre-training heads when ``with_heads``), loaded strictly:
+    an ELECTRA discriminator (rtd head) is an `ElectraDiscriminator`; an MLM head makes a
+    `BertForPreTraining` whose objective is "nsp" (BERT), "sop" (ALBERT) or "none" (no pair head:
+    RoBERTa, an ELECTRA generator); otherwise a `BertEncoder`.
 
     ``config`` may override execution fields (dtype, scan_layers, dropout); the shapes must agree.
     """
     cfg = config or ckpt.config
-    if with_heads and ckpt.heads["mlm"]:
-        objective = "nsp" if ckpt.heads["nsp"] else "none"
+    if with_heads and ckpt.heads["rtd"]:
+        model = create(ElectraDiscriminator, cfg, seed=seed)
+    elif with_heads and ckpt.heads["mlm"]:
+        objective = family(ckpt.model_type).pair_head if ckpt.heads["nsp"] else "none"
         model = create(BertForPreTraining, cfg, seed=seed, objective=objective)
     else:
         model = create(BertEncoder, cfg, seed=seed)
     load_into(ckpt, model, only=None if with_heads else "bert")
+    return model
+
+
+def build_electra(discriminator: Checkpoint, generator: Checkpoint, *, seed: int = 0,
+                  config: BertConfig | None = None) -> ElectraForPreTraining:
+    """Both ELECTRA networks (what pre-training trains) from HF's ``ElectraForPreTraining`` and
+    ``ElectraForMaskedLM`` directories, loaded strictly. The generator's config must be
+    `electra_generator_config` of the discriminator's (fraction = its hidden / the discriminator's),
+    and its embeddings must equal the discriminator's: the model holds one shared copy."""
+    where = f"{discriminator.path} + {generator.path}"
+    if not (discriminator.heads["rtd"] and generator.heads["mlm"] and not generator.heads["rtd"]):
+        raise ValueError(f"{where}: expected an ELECTRA discriminator (rtd head) and a generator (MLM head)")
+    cfg, gen_cfg = config or discriminator.config, generator.config
+    fraction = gen_cfg.hidden_size / cfg.hidden_size
+    fields = ("hidden_size", "num_heads", "intermediate_size", "num_layers", "embed_dim", "vocab_size",
+              "max_position_embeddings", "type_vocab_size", "hidden_act", "layer_norm_eps")
+    expected = electra_generator_config(cfg, fraction)
+    if bad := [f"{f}={getattr(gen_cfg, f)} (expected {getattr(expected, f)})" for f in fields
+               if getattr(gen_cfg, f) != getattr(expected, f)]:
+        raise ValueError(f"{generator.path}: not the generator of {discriminator.path} at fraction {fraction:g}: "
+                         + ", ".join(bad))
+    disc, disc_extra, disc_names = convert.to_our_names(discriminator.tensors, discriminator.config, source="hf",
+                                                        model_type="electra")
+    gen, gen_extra, gen_names = convert.to_our_names(generator.tensors, gen_cfg, source="hf", model_type="electra")
+    differ = [k for k in disc if k.startswith("bert/embeddings/")
+              and not (k in gen and np.array_equal(disc[k], gen[k]))]
+    if differ:
+        raise ValueError(f"{where}: the generator's embeddings are missing or differ from the discriminator's "
+                         f"({', '.join(differ)}); ElectraForPreTraining shares one copy")
+    params = {k: v for k, v in disc.items() if not k.startswith("mlm/")}
+    params |= {("generator/" + k.removeprefix("bert/") if k.startswith("bert/") else k): v
+               for k, v in gen.items() if not k.startswith("bert/embeddings/")}
+    names = disc_names | {("generator/" + k.removeprefix("bert/") if k.startswith("bert/") else k): v
+                          for k, v in gen_names.items() if not k.startswith("bert/embeddings/")}
+    model = create(ElectraForPreTraining, cfg, seed=seed, generator_fraction=fraction)
+    load_params(model, params, where=where, unmatched=[*disc_extra, *gen_extra], names=names)
     return model
 
 
@@ -146,7 +199,7 @@ def load_into(ckpt: Checkpoint, model: nnx.Module, *, only: str | None = None,
         return load_params(model, read_tree(ckpt.path / "params"), where=str(ckpt.path / "params"), only=only,
                            allow_missing=allow_missing)
     return convert.load_tensors(model, ckpt.tensors, ckpt.config, source=ckpt.source, only=only,
-                                allow_missing=allow_missing, where=str(ckpt.path))
+                                allow_missing=allow_missing, where=str(ckpt.path), model_type=ckpt.model_type)
 
 
 def save_orbax(model: nnx.Module, cfg: BertConfig, directory: str | Path, *, vocab_file=None) -> Path:
@@ -157,7 +210,7 @@ def save_orbax(model: nnx.Module, cfg: BertConfig, directory: str | Path, *, voc
     d.mkdir(parents=True, exist_ok=True)
     params = nnx.state(model, nnx.Param).to_pure_dict()
     heads = {"pooler": cfg.use_pooler, "mlm": hasattr(model, "mlm"),
-             "nsp": getattr(model, "nsp", None) is not None}
+             "nsp": getattr(model, "nsp", None) is not None, "rtd": getattr(model, "rtd", None) is not None}
     with ocp.StandardCheckpointer() as ckptr:
         ckptr.save(d / "params", params, force=True)
     (d / "bert_config.json").write_text(json.dumps({"config": cfg.to_dict(), "heads": heads}, indent=2))

@@ -70,7 +70,7 @@ def test_pretraining_heads_round_trip(tmp_path):
     cfg = json.loads((tmp_path / "config.json").read_text())
     assert cfg["architectures"] == ["BertForPreTraining"] and cfg["num_hidden_layers"] == 2
     ckpt = pretrained.read_checkpoint(f"hf:{tmp_path}")
-    assert ckpt.heads == {"pooler": True, "mlm": True, "nsp": True}
+    assert ckpt.heads == {"pooler": True, "mlm": True, "nsp": True, "rtd": False}
     back = pretrained.build_model(ckpt)
     assert isinstance(back, BertForPreTraining)
     assert_same_params(model, back)
@@ -130,7 +130,7 @@ def test_google_tf_checkpoint(tmp_path):
     hf_cfg = convert.config_to_hf(TINY, ["BertForPreTraining"])
     (tmp_path / "bert_config.json").write_text(json.dumps(hf_cfg))
     ckpt = pretrained.read_checkpoint(f"tf:{tmp_path / 'bert_model.ckpt'}")
-    assert ckpt.heads == {"pooler": True, "mlm": True, "nsp": True}
+    assert ckpt.heads == {"pooler": True, "mlm": True, "nsp": True, "rtd": False}
     assert_same_params(model, pretrained.build_model(ckpt))
 
 

@@ -95,3 +95,15 @@ def test_bad_inputs(minilm_dir, tmp_path):
     with pytest.raises(ValueError, match="has 6 tokens but the checkpoint's vocab_size is 30522"):
         ef.run(f"hf:{minilm_dir}", good, tmp_path / "o.npz", vocab=vocab, progress=False)
     assert list(tmp_path.glob("o.npz*")) == []  # nothing half-written
+
+
+def test_a_bpe_vocabulary_is_refused(family_golden, tmp_path):
+    """A RoBERTa directory's vocab.json is its vocabulary, but not a WordPiece one: said, not misread."""
+    g = family_golden("roberta")
+    (tmp_path / "vocab.json").write_text(json.dumps({f"t{i}": i for i in range(120)}))
+    for name in ("config.json", "model.safetensors"):
+        (tmp_path / name).write_bytes((g.directory / name).read_bytes())
+    good = tmp_path / "good.txt"
+    good.write_text("hello\n")
+    with pytest.raises(ValueError, match="vocab.json: feature extraction takes a WordPiece vocab.txt; pass --vocab"):
+        ef.run(f"hf:{tmp_path}", good, tmp_path / "o.npz", progress=False)
