@@ -144,7 +144,8 @@ def tiny_config():
     every 2/3/3. ``model`` picks the family's recipe (configs/pretrain.py: roberta, albert, electra)."""
 
     def tiny_config(steps=6, model="bert", **kw):
-        c = _load_config("pretrain", "size=tiny,runlocal,synthetic" if model == "bert" else f"model={model},runlocal,synthetic")
+        arg = "size=tiny" if model == "bert" else f"model={model}"
+        c = _load_config("pretrain", f"{arg},runlocal,synthetic")
         c.model.update(vocab_size=101, max_position_embeddings=32)
         c.data.update(max_seq_length=16, max_predictions_per_seq=4)
         c.batch_size = 8

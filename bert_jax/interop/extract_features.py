@@ -42,18 +42,21 @@ def read_inputs(path: str | Path) -> list[tuple[str, str | None]]:
     return out
 
 
-def truncate_pair(a: list[int], b: list[int] | None, max_len: int) -> None:
+def truncate_pair(a: list[int], b: list[int] | None, max_len: int, separators: int = 1) -> None:
     """In place, as the original: single inputs keep max_len - 2 tokens; a pair loses tokens from
-    the end of its longer segment, one at a time, until it fits max_len - 3."""
+    the end of its longer segment, one at a time, until it fits max_len - 2 - ``separators``
+    (BERT's one [SEP] between the segments, RoBERTa's two)."""
     if b is None:
         del a[max(max_len - 2, 0):]
         return
-    while len(a) + len(b) > max_len - 3:
+    while len(a) + len(b) > max_len - 2 - separators:
         (a if len(a) > len(b) else b).pop()
 
 
 def encode_inputs(tokenizer, inputs, max_seq_length: int | None, model_max: int):
-    """→ (input_ids, input_mask, segment_ids) int32 [N, L] and per-input token strings."""
+    """→ (input_ids, input_mask, segment_ids) int32 [N, L] and per-input token strings, in the
+    tokenizer's layout: ``cls a sep`` and ``cls a sep×pair_separators b sep`` with b in segment
+    ``segment_b`` (BERT: [CLS] a [SEP] b [SEP], segment 1; RoBERTa: <s> a </s></s> b </s>, segment 0)."""
     import tensorflow as tf
 
     limit = max_seq_length or model_max
@@ -63,12 +66,12 @@ def encode_inputs(tokenizer, inputs, max_seq_length: int | None, model_max: int)
     rows = []
     for (_, b), a_ids in zip(inputs, pieces[: len(inputs)], strict=True):
         a_ids, b_ids = list(a_ids), (list(next(it_b)) if b is not None else None)
-        truncate_pair(a_ids, b_ids, limit)
+        truncate_pair(a_ids, b_ids, limit, tokenizer.pair_separators)
         ids = [tokenizer.cls_id, *a_ids, tokenizer.sep_id]
         seg = [0] * len(ids)
         if b_ids is not None:
-            ids += [*b_ids, tokenizer.sep_id]
-            seg += [1] * (len(b_ids) + 1)
+            ids += [tokenizer.sep_id] * (tokenizer.pair_separators - 1) + [*b_ids, tokenizer.sep_id]
+            seg += [tokenizer.segment_b] * (len(ids) - len(seg))
         rows.append((ids, seg))
     length = max_seq_length or max(len(ids) for ids, _ in rows)
     n = len(rows)
@@ -150,15 +153,14 @@ def run(init: str, input_path, output_path, *, layers=(-1, -2, -3, -4), max_seq_
     """The whole tool as a function (tests call this); returns a small summary."""
     inputs = read_inputs(input_path)  # before the checkpoint and the imports: a bad input fails fast
     from bert_jax.interop import pretrained
-    from input_pipeline.tokenizers import WordPieceTokenizer
+    from input_pipeline.tokenizer_factory import load_tokenizer
 
     ckpt = pretrained.read_checkpoint(init)
     vocab = vocab or ckpt.vocab_file
     if vocab is None:
-        raise ValueError(f"{init}: no vocab.txt beside the checkpoint; pass --vocab")
-    if Path(vocab).suffix != ".txt":  # e.g. RoBERTa's vocab.json: another input layout (<s> a </s></s> b </s>)
-        raise ValueError(f"{vocab}: feature extraction takes a WordPiece vocab.txt; pass --vocab")
-    tokenizer = WordPieceTokenizer(vocab)
+        raise ValueError(f"{init}: no vocabulary beside the checkpoint (vocab.txt, or RoBERTa's vocab.json + "
+                         f"merges.txt); pass --vocab")
+    tokenizer = load_tokenizer(vocab)  # WordPiece, SentencePiece or RoBERTa's byte-level BPE
     if tokenizer.vocab_size != ckpt.config.vocab_size:
         raise ValueError(f"{vocab} has {tokenizer.vocab_size} tokens but the checkpoint's "
                          f"vocab_size is {ckpt.config.vocab_size}")

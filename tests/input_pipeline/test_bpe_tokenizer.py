@@ -252,8 +252,6 @@ def test_extract_features_encodes_single_texts(tok):
     assert tokens[1] == tok.id_to_token(want[1]) and segments.sum() == 0
 
 
-@pytest.mark.xfail(strict=True, reason="extract_features.encode_inputs builds BERT's pair layout "
-                                       "([CLS] a [SEP] b [SEP], segment 1) for every tokenizer")
 def test_extract_features_encodes_pairs_as_roberta(tok):
     from bert_jax.interop.extract_features import encode_inputs
 

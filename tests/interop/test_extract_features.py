@@ -97,13 +97,26 @@ def test_bad_inputs(minilm_dir, tmp_path):
     assert list(tmp_path.glob("o.npz*")) == []  # nothing half-written
 
 
-def test_a_bpe_vocabulary_is_refused(family_golden, tmp_path):
-    """A RoBERTa directory's vocab.json is its vocabulary, but not a WordPiece one: said, not misread."""
+def test_features_from_a_roberta_directory(family_golden, tmp_path):
+    """A RoBERTa directory (its config, weights and byte-level BPE vocab.json + merges.txt): pairs
+    come out in RoBERTa's layout, <s> a </s></s> b </s>, all in segment 0."""
     g = family_golden("roberta")
-    (tmp_path / "vocab.json").write_text(json.dumps({f"t{i}": i for i in range(120)}))
+    n = json.loads((g.directory / "config.json").read_text())["vocab_size"]
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    letters = ["\u0120", *"abcdefghijklmnopqrstuvwxyz"]
+    tokens = specials + letters + [f"\u0120{c}" for c in "abcdefghijklmnopqrstuvwxyz"]
+    tokens += [f"x{i}" for i in range(n - len(tokens))]
+    (tmp_path / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(tokens)}))
+    (tmp_path / "merges.txt").write_text("#version: 0.2\n")
     for name in ("config.json", "model.safetensors"):
         (tmp_path / name).write_bytes((g.directory / name).read_bytes())
-    good = tmp_path / "good.txt"
-    good.write_text("hello\n")
-    with pytest.raises(ValueError, match="vocab.json: feature extraction takes a WordPiece vocab.txt; pass --vocab"):
-        ef.run(f"hf:{tmp_path}", good, tmp_path / "o.npz", progress=False)
+    src = tmp_path / "in.txt"
+    src.write_text("who won ||| the home team\nhello\n")
+    ef.run(f"hf:{tmp_path}", src, tmp_path / "o.npz", layers=[-1], progress=False)
+    out = np.load(tmp_path / "o.npz")
+    ids, seg = out["input_ids"][0], out["segment_ids"][0]
+    real = ids[out["input_mask"][0] > 0].tolist()
+    word = lambda w: [tokens.index(c) for c in w]  # noqa: E731
+    space = lambda w: [tokens.index("\u0120"), *word(w)]  # noqa: E731  (no merges: Ġ stays a piece)
+    assert real == [0, *word("who"), *space("won"), 2, 2, *word("the"), *space("home"), *space("team"), 2]
+    assert seg.sum() == 0 and np.isfinite(out["layer_-1"]).all()
