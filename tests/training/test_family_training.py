@@ -62,3 +62,32 @@ def read_params_of(model):
 
     return {k: np.asarray(v) for k, v in traverse_util.flatten_dict(
         nnx.state(model, nnx.Param).to_pure_dict(), sep="/").items()}
+
+
+@pytest.mark.slow  # ~1-2 minutes per model on 2 cores
+@pytest.mark.parametrize("model", ["roberta", "albert", "electra"])
+def test_train_py_runlocal_resumes_and_fine_tunes(model, tmp_path):
+    """The documented commands on the gensim Wikipedia excerpt (shortened): pre-train, resume from
+    the checkpoint, then fine-tune the sentiment task from the workdir through train.py."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).parents[2]
+    env = {**os.environ, "XLA_FLAGS": ""}
+
+    def train(config, workdir, *flags):
+        cmd = [sys.executable, str(root / "train.py"), "--config", config, "--workdir", str(workdir), *flags]
+        return subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=1200, check=True)
+
+    pre = tmp_path / "pre"
+    flags = ["--config.checkpoint_every=20", "--config.eval_every=20", "--config.log_every=10"]
+    train(f"configs/pretrain.py:model={model},runlocal", pre, "--config.num_train_steps=20", *flags)
+    second = train(f"configs/pretrain.py:model={model},runlocal", pre, "--config.num_train_steps=30", *flags)
+    assert "resumed from" in second.stderr and "at step 20" in second.stderr
+    rows = read_metrics(pre, "train")
+    assert [r["step"] for r in rows][-2:] == [20, 30] and np.isfinite(rows[-1]["loss"])
+    train("configs/sentiment.py:runlocal", tmp_path / "ft", f"--config.init_checkpoint={pre}")
+    dev = read_metrics(tmp_path / "ft", "dev")
+    assert dev and 0.0 <= dev[-1]["accuracy"] <= 1.0
