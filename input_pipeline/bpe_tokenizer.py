@@ -109,6 +109,10 @@ class RobertaBPETokenizer:
     lower_case = False
     pair_separators = 2  # </s></s> between a and b
     segment_b = 0  # RoBERTa has one segment type
+    # Features that tokenize words one at a time (NER) put this before each word, as Hugging Face
+    # does for pre-split words (add_prefix_space=True): every word then starts with "Ġ", as it
+    # would after a space in running text.
+    word_prefix = " "
 
     def __init__(self, vocab_file: str | os.PathLike, merges_file: str | os.PathLike | None = None):
         self.vocab_file = os.fspath(vocab_file)

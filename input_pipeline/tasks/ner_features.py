@@ -24,12 +24,8 @@ def featurize_words(examples, tokenizer, max_seq_length: int, label_names) -> di
     budget = max_seq_length - 2
     if budget < 1:
         raise ValueError(f"max_seq_length must be >= 3 for [CLS] word [SEP], got {max_seq_length}")
-    from input_pipeline.bpe_tokenizer import RobertaBPETokenizer
-
-    if isinstance(tokenizer, RobertaBPETokenizer):
-        raise ValueError(f"NER features tokenize each word alone, which {tokenizer!r} (byte-level BPE) "
-                         f"does not support yet: use a WordPiece or SentencePiece vocabulary")
-    pieces = _word_pieces([w for ex in examples for w in ex.words], tokenizer)
+    prefix = getattr(tokenizer, "word_prefix", "")  # byte-level BPE: " word", as after a space in text
+    pieces = _word_pieces([prefix + w for ex in examples for w in ex.words], tokenizer)
     rows, w = [], 0  # rows: (example index, [(word index, piece ids), ...])
     for e, ex in enumerate(examples):
         chunk, used = [], 0

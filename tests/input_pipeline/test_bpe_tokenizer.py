@@ -219,12 +219,22 @@ def test_sentiment_features_accept_it(tok, tmp_path):
         assert row == ids + [tok.pad_id] * (32 - len(ids))
 
 
-def test_ner_and_squad_refuse_it(tok):
+def test_ner_words_start_with_a_space_and_squad_refuses_it(tok):
+    """NER tokenizes each word alone: with RoBERTa's BPE as " word" (Hugging Face's
+    add_prefix_space for pre-split words), so the pieces are those of the words in running text."""
+    from types import SimpleNamespace
+
     from input_pipeline.tasks.ner_features import featurize_words
     from input_pipeline.tasks.squad_features import convert_examples_to_features
 
-    with pytest.raises(ValueError, match="byte-level BPE"):
-        featurize_words([], tok, 16, ("O",))
+    words = ["Paris", "is", "in", "France", "."]
+    ex = SimpleNamespace(words=words, tags=["B-LOC", "O", "O", "B-LOC", "O"])
+    f = featurize_words([ex], tok, 32, ("O", "B-LOC"))
+    real = f["input_ids"][0][f["input_mask"][0] > 0].tolist()
+    running = tok.encode_python([" " + " ".join(words[:4]) + " ."])[0]  # every word after a space
+    assert real == [tok.cls_id, *running, tok.sep_id]
+    assert all(tok.vocab[i].startswith("\u0120") for i in f["input_ids"][0][f["label_mask"][0] > 0])
+    assert f["label_ids"][0][f["label_mask"][0] > 0].tolist() == [1, 0, 0, 1, 0]
     with pytest.raises(ValueError, match="byte-level BPE"):
         convert_examples_to_features([], tok, 64, doc_stride=16, max_query_length=12)
 
