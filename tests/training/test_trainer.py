@@ -104,12 +104,17 @@ def test_every_config_builds_abstractly(load_config):
 
     mesh = sh.make_mesh((1, 1, 1), jax.devices()[:1])
     for arg in ("size=base", "size=large,phase=2", "size=tiny,runlocal", "size=base,objective=sop",
-                "size=small,objective=none,masking=dynamic"):
+                "size=small,objective=none,masking=dynamic", "model=roberta", "model=albert,size=large",
+                "model=electra", "model=electra,size=base"):
         c = load_config("pretrain", arg)
         abstract = trainer.build_steps(c, trainer.model_config(c, 30522), mesh).layout.abstract
         assert abstract.params["bert"]["embeddings"]["word_embeddings"]["embedding"].shape[0] == 30522
     with pytest.raises(ValueError, match="phase=3"):
         load_config("pretrain", "phase=3")
+    with pytest.raises(ValueError, match="size='tiny' for model=albert"):
+        load_config("pretrain", "model=albert,size=tiny")
+    with pytest.raises(ValueError, match="model='xlnet'"):
+        load_config("pretrain", "model=xlnet")
 
 
 @pytest.mark.slow
