@@ -25,7 +25,7 @@ import numpy as np
 import tensorflow as tf
 from tokenizers import AddedToken, ByteLevelBPETokenizer
 
-from input_pipeline.vocab import VocabError
+from input_pipeline.vocab import VocabError, tokens_of
 
 __all__ = ["MERGES_TXT", "RobertaBPETokenizer", "SPECIAL_TOKENS", "VOCAB_JSON", "WORD_START"]
 
@@ -186,11 +186,4 @@ class RobertaBPETokenizer:
 
     def id_to_token(self, ids) -> list[str]:
         """Byte-level pieces for ids (int, list, numpy array, tf tensor or ragged tensor), flattened."""
-        if isinstance(ids, tf.RaggedTensor):
-            ids = ids.flat_values
-        flat = np.asarray(ids.numpy() if hasattr(ids, "numpy") else ids).reshape(-1)
-        bad = flat[(flat < 0) | (flat >= self.vocab_size)]
-        if bad.size:
-            raise ValueError(f"id {int(bad[0])} outside the vocabulary of {self.vocab_file} "
-                             f"({self.vocab_size} tokens)")
-        return [self.vocab[i] for i in flat.tolist()]
+        return tokens_of(ids, self.vocab, self.vocab_file)

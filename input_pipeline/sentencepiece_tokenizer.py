@@ -20,13 +20,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 from sentencepiece import SentencePieceProcessor
 from sentencepiece import sentencepiece_model_pb2 as model_pb2
 
-from input_pipeline.vocab import SPECIAL_TOKENS, VocabError, load_vocab
+from input_pipeline.vocab import SPECIAL_TOKENS, VocabError, load_vocab, tokens_of
 
 __all__ = ["SentencePieceTokenizer", "WORD_START"]
 
@@ -145,11 +144,4 @@ class SentencePieceTokenizer:
 
     def id_to_token(self, ids) -> list[str]:
         """Pieces for ids (int, list, numpy array, tf tensor or ragged tensor), flattened."""
-        if isinstance(ids, tf.RaggedTensor):
-            ids = ids.flat_values
-        flat = np.asarray(ids.numpy() if hasattr(ids, "numpy") else ids).reshape(-1)
-        bad = flat[(flat < 0) | (flat >= self.vocab_size)]
-        if bad.size:
-            raise ValueError(f"id {int(bad[0])} outside the vocabulary of {self.model_file} "
-                             f"({self.vocab_size} pieces)")
-        return [self.vocab[i] for i in flat.tolist()]
+        return tokens_of(ids, self.vocab, self.model_file)

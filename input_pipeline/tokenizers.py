@@ -31,11 +31,10 @@ import itertools
 import os
 import unicodedata
 
-import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from input_pipeline.vocab import VocabError, infer_lower_case, special_token_ids
+from input_pipeline.vocab import VocabError, infer_lower_case, special_token_ids, tokens_of
 from input_pipeline.vocab import load_vocab as load_vocab
 
 __all__ = ["VocabError", "WordPieceTokenizer", "load_vocab"]
@@ -224,11 +223,4 @@ class WordPieceTokenizer:
 
     def id_to_token(self, ids) -> list[str]:
         """Tokens for ids (int, list, numpy array, tf tensor or ragged tensor), flattened."""
-        if isinstance(ids, tf.RaggedTensor):
-            ids = ids.flat_values
-        flat = np.asarray(ids.numpy() if hasattr(ids, "numpy") else ids).reshape(-1)
-        bad = flat[(flat < 0) | (flat >= self.vocab_size)]
-        if bad.size:
-            raise ValueError(f"id {int(bad[0])} outside the vocabulary of {self.vocab_file} "
-                             f"({self.vocab_size} tokens)")
-        return [self.vocab[i] for i in flat.tolist()]
+        return tokens_of(ids, self.vocab, self.vocab_file)

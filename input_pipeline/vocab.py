@@ -68,3 +68,18 @@ def infer_lower_case(vocab: list[str]) -> bool:
     (DOUBLE-STRUCK CAPITAL R, category Lu) but no lower-case form of it.
     """
     return all(tok.lower() == tok for tok in vocab if not (tok.startswith("[") and tok.endswith("]")))
+
+
+def tokens_of(ids, vocab: list[str], source: str | os.PathLike) -> list[str]:
+    """The strings of ``ids`` (int, list, numpy array, tf tensor or ragged tensor), flattened; an id
+    outside ``vocab`` (read from ``source``) is a ValueError naming both. Every tokenizer's
+    ``id_to_token``."""
+    import numpy as np
+
+    if hasattr(ids, "flat_values"):  # tf.RaggedTensor
+        ids = ids.flat_values
+    flat = np.asarray(ids.numpy() if hasattr(ids, "numpy") else ids).reshape(-1)
+    bad = flat[(flat < 0) | (flat >= len(vocab))]
+    if bad.size:
+        raise ValueError(f"id {int(bad[0])} outside the vocabulary of {source} ({len(vocab)} tokens)")
+    return [vocab[i] for i in flat.tolist()]

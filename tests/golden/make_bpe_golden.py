@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import bz2
 import hashlib
-import importlib.util
 import itertools
 import json
 import platform
@@ -31,10 +30,12 @@ import numpy as np
 import regex
 import tokenizers
 import transformers
+from golden_common import load_package_data  # tests/golden/golden_common.py (the script's directory)
 from tokenizers import ByteLevelBPETokenizer
 from transformers import RobertaTokenizer
 
 HERE = Path(__file__).resolve().parent
+
 REPO = HERE.parent.parent
 REGENERATE = "make golden (tests/golden/make_bpe_golden.py in ~/.cache/bert_jax/golden-venv)"
 SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
@@ -58,15 +59,6 @@ EDGE_CASES = [
     ("  ", "  "),
     ("Is this the first segment?", "Yes, and THIS is the second one."),
 ]
-
-
-def _load_package_data():
-    """input_pipeline/package_data.py loaded by path (stdlib only), so neither bert_jax nor jax is imported."""
-    path = REPO / "input_pipeline" / "package_data.py"
-    spec = importlib.util.spec_from_file_location("_bert_jax_package_data", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _versions() -> dict[str, str]:
@@ -257,7 +249,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reviews", type=Path, help="movieReviewSnippets_GroundTruth.txt (default: package data)")
     parser.add_argument("--out", type=Path, default=HERE)
     args = parser.parse_args(argv)
-    pkg = _load_package_data()
+    pkg = load_package_data()
     train_bpe(wiki_text(args.wikipedia or pkg.wikipedia_excerpt()), args.out / "roberta_bpe")
     make_golden(args.out / "roberta_bpe", args.reviews or pkg.movie_review_snippets(),
                 args.out / "roberta_tokenizer_golden.npz")

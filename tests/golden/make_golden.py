@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.util
 import json
 import platform
 import sys
@@ -35,12 +34,14 @@ import safetensors
 import tokenizers
 import torch
 import transformers
+from golden_common import load_package_data  # tests/golden/golden_common.py (the script's directory)
 from safetensors import safe_open
 from transformers import BertConfig, BertForPreTraining, BertModel
 from transformers.models.bert.tokenization_bert import BertTokenizer
 from transformers.models.bert.tokenization_bert_legacy import BasicTokenizer, BertTokenizerLegacy
 
 HERE = Path(__file__).resolve().parent
+
 REPO = HERE.parent.parent
 REGENERATE = "make golden (tests/golden/make_golden.py in ~/.cache/bert_jax/golden-venv)"
 
@@ -82,15 +83,6 @@ TOKENIZER_EDGE_CASES = [
     ("Ǆ ǈ ǋ Ǳ ẞ ΐ ΰ և ﬀ ﬃ ﬆ", ""),
     ("ⓐⓑⓒ ⒜ ㈠ ㍻ ㎏ ℃ ℉ K Å Ω", ""),
 ]
-
-
-def _load_package_data():
-    """input_pipeline/package_data.py loaded by path (stdlib only), so neither bert_jax nor jax is imported."""
-    path = REPO / "input_pipeline" / "package_data.py"
-    spec = importlib.util.spec_from_file_location("_bert_jax_package_data", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _versions() -> dict[str, str]:
@@ -303,7 +295,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="movieReviewSnippets_GroundTruth.txt (default: package data)")
     parser.add_argument("--out", type=Path, default=HERE)
     args = parser.parse_args(argv)
-    pkg = _load_package_data()
+    pkg = load_package_data()
     model_dir = args.model_dir or pkg.minilm_model_dir()
     reviews = args.reviews or pkg.movie_review_snippets()
     torch.set_num_threads(2)
