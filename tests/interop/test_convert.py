@@ -14,21 +14,9 @@ from bert_jax.model.config import BertConfig
 from bert_jax.model.encoder import BertEncoder
 from bert_jax.model.models import BertClassifier, BertForPreTraining, create
 from bert_jax.model.weights import CheckpointMismatchError
+from tests.fixtures.params import assert_same_params, params_of
 
 TINY = BertConfig.from_size("tiny", vocab_size=64, max_position_embeddings=16, num_heads=4)
-
-
-def params_of(model) -> dict:
-    from flax import traverse_util
-
-    return traverse_util.flatten_dict(nnx.state(model, nnx.Param).to_pure_dict(), sep="/")
-
-
-def assert_same_params(a, b):
-    pa, pb = params_of(a), params_of(b)
-    assert pa.keys() == pb.keys()
-    for k in pa:
-        np.testing.assert_array_equal(np.asarray(pa[k]), np.asarray(pb[k]), err_msg=k)
 
 
 def test_minilm_matches_transformers(minilm_dir, minilm_golden):

@@ -19,6 +19,7 @@ from bert_jax.model.electra import ElectraDiscriminator, ElectraForPreTraining
 from bert_jax.model.encoder import BertEncoder
 from bert_jax.model.models import BertForPreTraining
 from bert_jax.model.weights import CheckpointMismatchError
+from tests.fixtures.params import params_of
 
 # network -> (our model class, objective, model_type, HF architecture)
 EXPECTED = {
@@ -29,17 +30,6 @@ EXPECTED = {
 }
 NETWORKS = list(EXPECTED)
 ENCODER_ARCH = {"albert": "AlbertModel", "electra": "ElectraModel", "roberta": "RobertaModel"}
-
-
-def params_of(model) -> dict:
-    return traverse_util.flatten_dict(nnx.state(model, nnx.Param).to_pure_dict(), sep="/")
-
-
-def assert_same_params(a, b):
-    pa, pb = params_of(a), params_of(b)
-    assert pa.keys() == pb.keys()
-    for k in pa:
-        np.testing.assert_array_equal(np.asarray(pa[k]), np.asarray(pb[k]), err_msg=k)
 
 
 def outputs_of(model, inputs) -> dict[str, np.ndarray]:

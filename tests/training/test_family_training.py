@@ -11,6 +11,7 @@ from bert_jax.model.models import BertClassifier, create
 from bert_jax.training import trainer
 from bert_jax.training.checkpoints import read_params
 from bert_jax.training.metric_writer import read_metrics
+from tests.fixtures.params import params_of
 
 FAMILY = ["albert", "electra"]
 
@@ -48,20 +49,13 @@ def test_finetuning_restores_the_encoder(straight):
     clf = create(BertClassifier, cfg, 2)
     untouched = warm.load_encoder(clf)
     stored, _ = read_params(workdir)
-    got = read_params_of(clf)
+    got = params_of(clf)
     for k, v in got.items():
         if k.startswith("bert/") and not k.startswith("bert/pooler"):
             np.testing.assert_array_equal(v, stored[k], err_msg=k)
     fresh = {p.split("/")[0] if not p.startswith("bert/pooler") else "bert/pooler" for p in untouched}
     # ELECTRA's discriminator has no pooler: it starts fresh, like the classifier.
     assert fresh == ({"classifier", "bert/pooler"} if model == "electra" else {"classifier"})
-
-
-def read_params_of(model):
-    from flax import nnx, traverse_util
-
-    return {k: np.asarray(v) for k, v in traverse_util.flatten_dict(
-        nnx.state(model, nnx.Param).to_pure_dict(), sep="/").items()}
 
 
 @pytest.mark.slow  # ~1-2 minutes per model on 2 cores
