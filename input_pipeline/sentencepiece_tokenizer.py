@@ -8,8 +8,9 @@ case-folding rule (``nmt_nfkc_cf``, what ``build_vocab --lower_case`` uses) repo
 
 The model must hold BERT's special tokens ``[PAD] [UNK] [CLS] [SEP] [MASK]`` as special pieces
 (control or user-defined symbols; ``[UNK]`` must be the model's unknown piece), as
-``python -m input_pipeline.build_vocab --model_type unigram|bpe`` trains them; anything else is a
-`VocabError` naming the file and the missing token.
+``python -m input_pipeline.build_vocab --model_type unigram|bpe`` trains them; ALBERT's released
+``spiece.model`` spells the first two ``<pad> <unk>`` (`ALIASES`), which is taken too. Anything else
+is a `VocabError` naming the file and the missing token.
 
 Whole-word masking: a piece that does not start with ``▁`` (U+2581, SentencePiece's word-boundary
 mark) continues the previous word; special pieces never do.
@@ -33,6 +34,8 @@ WORD_START = "\u2581"  # "▁": SentencePiece's mark for a piece that begins a w
 _Piece = model_pb2.ModelProto.SentencePiece
 _SPECIAL_TYPES = {_Piece.CONTROL: "control", _Piece.USER_DEFINED: "user-defined",
                   _Piece.UNKNOWN: "unknown"}
+# Other spellings of a special token, as ALBERT's spiece.model has them (<pad> = 0, <unk> = 1).
+ALIASES = {"[PAD]": "<pad>", "[UNK]": "<unk>"}
 
 
 def _load_model(path: Path) -> tuple[bytes, model_pb2.ModelProto]:
@@ -90,11 +93,15 @@ class SentencePieceTokenizer:
 
     def _special_ids(self, proto: model_pb2.ModelProto) -> dict[str, int]:
         index = {p.piece: i for i, p in enumerate(proto.pieces)}
+        for token, alias in ALIASES.items():
+            if token not in index and alias in index:
+                index[token] = index[alias]
         missing = [t for t in SPECIAL_TOKENS if t not in index]
         if missing:
             raise VocabError(
                 f"{self.model_file}: no {', '.join(missing)} piece (a BERT SentencePiece model needs "
-                f"{', '.join(SPECIAL_TOKENS)} as control/user-defined symbols; train one with "
+                f"{', '.join(SPECIAL_TOKENS)} as control/user-defined symbols, [PAD] [UNK] or ALBERT's "
+                f"<pad> <unk>; train one with "
                 f"`python -m input_pipeline.build_vocab --model_type unigram`)")
         for token in SPECIAL_TOKENS:
             kind = proto.pieces[index[token]].type
@@ -104,7 +111,7 @@ class SentencePieceTokenizer:
         unk = self._sp.unk_id()
         if unk != index["[UNK]"]:
             raise VocabError(f"{self.model_file}: the unknown piece is {self.vocab[unk]!r} (id {unk}), "
-                             f"not [UNK] (train with unk_piece='[UNK]')")
+                             f"not [UNK] or <unk> (train with unk_piece='[UNK]')")
         return {t: index[t] for t in SPECIAL_TOKENS}
 
     def __repr__(self) -> str:

@@ -126,7 +126,7 @@ FAMILIES: dict[str, Family] = {
          "nsp": tuple(linear("nsp/dense", "sop_classifier.classifier"))},
         (*_COMMON_TIED, "predictions.decoder.weight", "predictions.decoder.bias"),
         {"encoder": "AlbertModel", "pretraining": "AlbertForPreTraining", "mlm": "AlbertForMaskedLM"},
-        shared_layers=True, pair_head="sop", vocab_file=None),  # spiece.model: not BERT's special tokens
+        shared_layers=True, pair_head="sop", vocab_file="spiece.model"),  # <pad> <unk> [CLS] [SEP] [MASK]
     "electra": Family(
         "electra", "ELECTRA", "electra", "electra.encoder.layer.{i}.", tuple(_bert_block(tf=False)),
         tuple(_embeddings("electra", tf=False) + linear("bert/embedding_projection", "electra.embeddings_project")),

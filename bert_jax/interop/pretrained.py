@@ -2,7 +2,7 @@
 
 - ``hf:DIR``: a Hugging Face BERT, ALBERT, ELECTRA or RoBERTa directory (config.json, whose
   ``model_type`` picks the family, + model.safetensors or pytorch_model.bin; the vocabulary if
-  present: vocab.txt, RoBERTa's vocab.json; ALBERT's spiece.model is not picked up). pytorch_model.bin
+  present: vocab.txt, RoBERTa's vocab.json, ALBERT's spiece.model). pytorch_model.bin
   is read without torch.
 - ``tf:PREFIX``: Google's original checkpoint (``bert_model.ckpt`` prefix; bert_config.json and
   vocab.txt beside it), read with ``tf.train.load_checkpoint``.
@@ -55,6 +55,13 @@ def _check_vocab(vocab: Path | None, cfg: BertConfig, config_file: Path) -> Path
         return None
     if vocab.suffix == ".json":  # RoBERTa's byte-level BPE: {token: id}
         n = len(_json(vocab))
+    elif vocab.suffix == ".model":  # ALBERT's SentencePiece model
+        from sentencepiece import SentencePieceProcessor
+
+        try:
+            n = SentencePieceProcessor(model_file=str(vocab)).get_piece_size()
+        except (OSError, RuntimeError) as e:
+            raise ValueError(f"{vocab}: not a SentencePiece model ({e})") from e
     else:
         with open(vocab, "rb") as f:
             n = sum(1 for line in f if line.strip())

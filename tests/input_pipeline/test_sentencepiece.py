@@ -120,6 +120,20 @@ def test_user_defined_specials_and_cased_model(sentences, tmp_path):
         model_file=str(path)).encode(texts)
 
 
+def test_albert_spelling_of_the_specials(sentences, tmp_path):
+    """ALBERT's spiece.model: <pad> = 0, <unk> = 1, [CLS] [SEP] [MASK] after them; a directory
+    holding it (as a Hugging Face ALBERT directory does) gives this tokenizer."""
+    from input_pipeline.tokenizer_factory import load_tokenizer
+
+    path = train_model(tmp_path / "spiece.model", sentences, pad_id=0, pad_piece="<pad>", unk_id=1,
+                       unk_piece="<unk>", bos_id=-1, eos_id=-1, control_symbols=["[CLS]", "[SEP]", "[MASK]"],
+                       normalization_rule_name="nmt_nfkc_cf")
+    tok = load_tokenizer(tmp_path)
+    assert isinstance(tok, SentencePieceTokenizer) and tok.model_file == str(path)
+    assert (tok.pad_id, tok.unk_id, tok.cls_id, tok.sep_id, tok.mask_id) == (0, 1, 2, 3, 4)
+    assert tok.encode("hello there")[0][0] == 2 and tok.encode("hello there")[0][-1] == 3
+
+
 # --------------------------------------------------------------------------- errors
 
 
@@ -130,7 +144,7 @@ def test_errors(sentences, tmp_path, model_file):
     with pytest.raises(VocabError, match=r"junk\.model: not a SentencePiece model"):
         SentencePieceTokenizer(tmp_path / "junk.model")
     plain = train_model(tmp_path / "plain.model", sentences[:300], vocab_size=100)  # <unk> <s> </s>
-    with pytest.raises(VocabError, match=r"plain\.model: no \[PAD\], \[UNK\], \[CLS\], \[SEP\], \[MASK\] piece"):
+    with pytest.raises(VocabError, match=r"plain\.model: no \[PAD\], \[CLS\], \[SEP\], \[MASK\] piece"):
         SentencePieceTokenizer(plain)
     other_unk = train_model(tmp_path / "unk.model", sentences[:300], vocab_size=100,
                             user_defined_symbols=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])

@@ -19,6 +19,7 @@ from bert_jax.model.electra import ElectraDiscriminator, ElectraForPreTraining
 from bert_jax.model.encoder import BertEncoder
 from bert_jax.model.models import BertForPreTraining
 from bert_jax.model.weights import CheckpointMismatchError
+from input_pipeline.tokenizer_factory import load_tokenizer
 from tests.fixtures.params import params_of
 
 # network -> (our model class, objective, model_type, HF architecture)
@@ -300,8 +301,8 @@ def test_electra_pair_matches_transformers(family_golden, electra_pair):
 
 
 def test_vocabulary_files(family_golden, tmp_path):
-    """``hf:`` takes RoBERTa's vocab.json (checked against vocab_size) as the vocabulary, and
-    fine-tuning's warm start with it; ALBERT's spiece.model is not taken (BERT's special tokens)."""
+    """``hf:`` takes RoBERTa's vocab.json and ALBERT's spiece.model (each checked against vocab_size)
+    as the vocabulary, and fine-tuning's warm start with it."""
     g = family_golden("roberta")
     d = write_dir(tmp_path / "r", g.tensors, g.config)
     (d / "vocab.json").write_text(json.dumps({f"t{i}": i for i in range(120)}))
@@ -312,5 +313,21 @@ def test_vocabulary_files(family_golden, tmp_path):
         pretrained.read_checkpoint(f"hf:{d}")
     g = family_golden("albert")
     d = write_dir(tmp_path / "a", g.tensors, g.config)
-    (d / "spiece.model").write_bytes(b"not read")
-    assert pretrained.read_checkpoint(f"hf:{d}").vocab_file is None
+    (d / "spiece.model").write_bytes(b"junk")
+    with pytest.raises(ValueError, match="spiece.model: not a SentencePiece model"):
+        pretrained.read_checkpoint(f"hf:{d}")
+    import sentencepiece as spm
+
+    rng = np.random.default_rng(0)
+    text = tmp_path / "corpus.txt"
+    text.write_text("\n".join(" ".join("".join(rng.choice(list("abcdefghij"), rng.integers(2, 7)))
+                                        for _ in range(12)) for _ in range(400)))
+    for size in (120, 110):  # ALBERT's layout: <pad> <unk> [CLS] [SEP] [MASK]
+        spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(d / "spiece"), vocab_size=size,
+                                       pad_id=0, pad_piece="<pad>", unk_id=1, unk_piece="<unk>", bos_id=-1,
+                                       eos_id=-1, control_symbols=["[CLS]", "[SEP]", "[MASK]"], minloglevel=2)
+        if size == 120:
+            assert pretrained.read_checkpoint(f"hf:{d}").vocab_file == d / "spiece.model"
+            assert load_tokenizer(open_init_checkpoint(f"hf:{d}").vocab_file).cls_id == 2
+    with pytest.raises(ValueError, match=r"spiece.model has 110 tokens but .*vocab_size=120"):
+        pretrained.read_checkpoint(f"hf:{d}")
