@@ -85,16 +85,16 @@ def max_context(spans: list[tuple[int, int]], num_tokens: int) -> np.ndarray:
 
 def convert_examples_to_features(examples: list, tokenizer, max_seq_length: int, *, doc_stride: int,
                                  max_query_length: int) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """(feature arrays, what post-processing needs of the tokenizer: vocab, lower_case, sentencepiece)."""
+    """(feature arrays, what post-processing needs of the tokenizer: vocab, lower_case, pieces).
+
+    The tokenizer's layout: ``cls q sep×pair_separators context sep``, the context in segment
+    ``segment_b`` (BERT: [CLS] q [SEP] c [SEP], segment 1; RoBERTa: <s> q </s></s> c </s>, segment 0).
+    Context words (and answers) are tokenized one at a time, after the tokenizer's ``word_prefix``
+    (RoBERTa's byte-level BPE: a space, so a word's pieces are those it has in running text)."""
     if max_seq_length < max_query_length + 4:
         raise ValueError(f"max_seq_length {max_seq_length} leaves no room for the document after a "
                          f"{max_query_length}-token question ([CLS] and two [SEP] take 3 more)")
-    from input_pipeline.bpe_tokenizer import RobertaBPETokenizer
-
-    if isinstance(tokenizer, RobertaBPETokenizer):
-        raise ValueError(f"SQuAD features tokenize each context word alone and post-processing reads "
-                         f"WordPiece/SentencePiece tokens, which {tokenizer!r} (byte-level BPE) does not "
-                         f"support yet: use a WordPiece or SentencePiece vocabulary")
+    prefix, separators = getattr(tokenizer, "word_prefix", ""), tokenizer.pair_separators
     word_index: dict[str, int] = {}
     paragraphs: dict[int, list[str]] = {}
     for ex in examples:
@@ -102,10 +102,10 @@ def convert_examples_to_features(examples: list, tokenizer, max_seq_length: int,
             paragraphs[id(ex.doc_tokens)] = ex.doc_tokens
             for w in ex.doc_tokens:
                 word_index.setdefault(w, len(word_index))
-    word_flat, word_splits = _tokenize_many(tokenizer, list(word_index))
+    word_flat, word_splits = _tokenize_many(tokenizer, [prefix + w for w in word_index])
     q_flat, q_splits = _tokenize_many(tokenizer, [ex.question_text for ex in examples])
     answered = [i for i, ex in enumerate(examples) if ex.start_position >= 0 and not ex.is_impossible]
-    a_flat, a_splits = _tokenize_many(tokenizer, [examples[i].orig_answer_text for i in answered])
+    a_flat, a_splits = _tokenize_many(tokenizer, [prefix + examples[i].orig_answer_text for i in answered])
     answer_row = {ex_i: row for row, ex_i in enumerate(answered)}
 
     docs: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # ids, tok→orig, orig→tok
@@ -124,7 +124,7 @@ def convert_examples_to_features(examples: list, tokenizer, max_seq_length: int,
             tok_end = int(orig_to_tok[ex.end_position + 1]) - 1
             r = answer_row[i]
             tok_start, tok_end = _improve_answer_span(ids, tok_start, tok_end, a_flat[a_splits[r]:a_splits[r + 1]])
-        spans = doc_spans(len(ids), max_seq_length - len(query) - 3, doc_stride)
+        spans = doc_spans(len(ids), max_seq_length - len(query) - 2 - separators, doc_stride)
         plans.append((i, query, id(ex.doc_tokens), spans, tok_start, tok_end))
 
     n = sum(len(p[3]) for p in plans)
@@ -137,13 +137,14 @@ def convert_examples_to_features(examples: list, tokenizer, max_seq_length: int,
     for i, query, key, spans, tok_start, tok_end in plans:
         ids, tok_to_orig, _ = docs[key]
         best = max_context(spans, len(ids))
-        offset = len(query) + 2
+        offset = len(query) + 1 + separators
         for s, (start, length) in enumerate(spans):
             total = offset + length + 1
             out["input_ids"][row, :total] = np.concatenate(
-                [[tokenizer.cls_id], query, [tokenizer.sep_id], ids[start:start + length], [tokenizer.sep_id]])
+                [[tokenizer.cls_id], query, [tokenizer.sep_id] * separators, ids[start:start + length],
+                 [tokenizer.sep_id]])
             out["input_mask"][row, :total] = 1
-            out["segment_ids"][row, offset:total] = 1
+            out["segment_ids"][row, offset:total] = tokenizer.segment_b
             out["token_to_orig"][row, offset:offset + length] = tok_to_orig[start:start + length]
             out["token_is_max_context"][row, offset:offset + length] = best[start:start + length] == s
             out["example_index"][row] = i
@@ -151,8 +152,10 @@ def convert_examples_to_features(examples: list, tokenizer, max_seq_length: int,
                 out["start_positions"][row] = tok_start - start + offset
                 out["end_positions"][row] = tok_end - start + offset
             row += 1
+    from input_pipeline.bpe_tokenizer import RobertaBPETokenizer
     from input_pipeline.sentencepiece_tokenizer import SentencePieceTokenizer
 
-    info = {"vocab": list(tokenizer.vocab), "lower_case": bool(tokenizer.lower_case),
-            "sentencepiece": isinstance(tokenizer, SentencePieceTokenizer)}
+    pieces = ("sentencepiece" if isinstance(tokenizer, SentencePieceTokenizer) else
+              "byte_level" if isinstance(tokenizer, RobertaBPETokenizer) else "wordpiece")
+    info = {"vocab": list(tokenizer.vocab), "lower_case": bool(tokenizer.lower_case), "pieces": pieces}
     return out, info

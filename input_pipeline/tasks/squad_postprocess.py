@@ -5,7 +5,8 @@ the lower position) are paired; a pair is kept if both ends are document tokens 
 start token has its maximum context there, end >= start and the span has at most
 ``max_answer_length`` tokens. All kept pairs of an example's windows are ranked by start + end logit,
 and the best ``n_best_size`` distinct final texts form the n-best list (probabilities: softmax of
-the scores over it). A final text is the span's WordPiece text ("##" joined) mapped back onto the
+the scores over it). A final text is the span's WordPiece text ("##" joined; SentencePiece and
+byte-level BPE pieces decoded their own way) mapped back onto the
 original context words by `get_final_text` (BERT's basic tokenization of the original words,
 character alignment with spaces removed; the whole words when that alignment fails). v2.0: the null
 score is the lowest [CLS] start + end logit over the windows; it competes as the "" entry, and the
@@ -117,10 +118,17 @@ def get_final_text(pred_text: str, orig_text: str, lower_case: bool, cache: dict
     return orig_text[_nth_non_space(orig_text, ns_start):_nth_non_space(orig_text, ns_end) + 1]
 
 
-def _span_text(tokens: list[str], sentencepiece: bool) -> str:
-    """Normalised text of WordPiece (or SentencePiece) tokens, as run_squad joins them."""
-    text = "".join(tokens).replace("\u2581", " ") if sentencepiece else \
-        " ".join(tokens).replace(" ##", "").replace("##", "")
+def _span_text(tokens: list[str], pieces: str) -> str:
+    """Normalised text of WordPiece tokens, as run_squad joins them ("##" continues a word), of
+    SentencePiece pieces ("▁" starts one) or of byte-level BPE pieces (decoded to their bytes' text)."""
+    if pieces == "sentencepiece":
+        text = "".join(tokens).replace("\u2581", " ")
+    elif pieces == "byte_level":
+        from tokenizers import decoders
+
+        text = decoders.ByteLevel().decode(tokens)
+    else:
+        text = " ".join(tokens).replace(" ##", "").replace("##", "")
     return " ".join(text.split())
 
 
@@ -133,7 +141,7 @@ def _softmax(scores: list[float]) -> list[float]:
 
 
 def compute_predictions(examples, features, start_logits, end_logits, *, vocab: list[str], lower_case: bool,
-                        sentencepiece: bool, n_best_size: int, max_answer_length: int,
+                        pieces: str, n_best_size: int, max_answer_length: int,
                         version_2_with_negative: bool, null_score_diff_threshold: float):
     """(predictions id → text, n-best id → [dict], null odds id → float or None for v1.1)."""
     start_logits = np.asarray(start_logits, np.float64)
@@ -176,7 +184,7 @@ def compute_predictions(examples, features, start_logits, end_logits, *, vocab: 
             if len(nbest) >= n_best_size:
                 break
             if s > 0:
-                tok_text = _span_text([vocab[i] for i in ids[f, s:t + 1].tolist()], sentencepiece)
+                tok_text = _span_text([vocab[i] for i in ids[f, s:t + 1].tolist()], pieces)
                 orig_text = " ".join(ex.doc_tokens[t2o[f, s]:t2o[f, t] + 1])
                 text = get_final_text(tok_text, orig_text, lower_case, word_cache)
             else:

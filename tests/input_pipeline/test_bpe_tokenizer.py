@@ -219,13 +219,12 @@ def test_sentiment_features_accept_it(tok, tmp_path):
         assert row == ids + [tok.pad_id] * (32 - len(ids))
 
 
-def test_ner_words_start_with_a_space_and_squad_refuses_it(tok):
+def test_ner_words_start_with_a_space(tok):
     """NER tokenizes each word alone: with RoBERTa's BPE as " word" (Hugging Face's
     add_prefix_space for pre-split words), so the pieces are those of the words in running text."""
     from types import SimpleNamespace
 
     from input_pipeline.tasks.ner_features import featurize_words
-    from input_pipeline.tasks.squad_features import convert_examples_to_features
 
     words = ["Paris", "is", "in", "France", "."]
     ex = SimpleNamespace(words=words, tags=["B-LOC", "O", "O", "B-LOC", "O"])
@@ -235,8 +234,32 @@ def test_ner_words_start_with_a_space_and_squad_refuses_it(tok):
     assert real == [tok.cls_id, *running, tok.sep_id]
     assert all(tok.vocab[i].startswith("\u0120") for i in f["input_ids"][0][f["label_mask"][0] > 0])
     assert f["label_ids"][0][f["label_mask"][0] > 0].tolist() == [1, 0, 0, 1, 0]
-    with pytest.raises(ValueError, match="byte-level BPE"):
-        convert_examples_to_features([], tok, 64, doc_stride=16, max_query_length=12)
+
+
+def test_squad_layout_and_answers_with_byte_level_pieces(tok):
+    """SQuAD with RoBERTa's BPE: <s> q </s></s> context </s>, all segment 0; the gold span's logits
+    give back the answer text, accents and case kept (byte-level pieces decoded)."""
+    from input_pipeline.tasks.squad import SquadExample, SquadTask
+    from input_pipeline.tasks.squad_features import convert_examples_to_features
+
+    words = "The Café opened in Zürich in 1911, said Müller.".split()
+    examples = [SquadExample("q1", "Where did it open?", words, "Zürich", 4, 4, answers=("Zürich",)),
+                SquadExample("q2", "When did the Café open?", words, "1911", 6, 6, answers=("1911",))]
+    f, info = convert_examples_to_features(examples, tok, 40, doc_stride=16, max_query_length=12)
+    assert info["pieces"] == "byte_level" and f["segment_ids"].sum() == 0
+    q = tok.encode_python(["Where did it open?"])[0]
+    row = f["input_ids"][0].tolist()
+    assert row[:len(q) + 3] == [tok.cls_id, *q, tok.sep_id, tok.sep_id]
+    context = tok.encode_python([" " + " ".join(words)])[0]
+    assert row[len(q) + 3:len(q) + 3 + len(context) + 1] == [*context, tok.sep_id]
+    task = SquadTask("1.1", data_dir=".", doc_stride=16, max_query_length=12)
+    task._tokens = info
+    logits = {k: np.zeros(f["input_ids"].shape, np.float32) for k in ("start_logits", "end_logits")}
+    for r in range(2):
+        logits["start_logits"][r, f["start_positions"][r]] = 20.0
+        logits["end_logits"][r, f["end_positions"][r]] = 20.0
+    preds, _, _ = task.predict(examples, f, logits)
+    assert preds == {"q1": "Zürich", "q2": "1911"}  # within the word "1911,": the answer's pieces only
 
 
 def test_pretraining_tokenize_and_whole_word_masking(tok):
