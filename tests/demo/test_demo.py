@@ -23,10 +23,16 @@ def test_arguments_defaults_aliases_and_errors(tmp_path, monkeypatch, capsys):
     assert (args.workdir, args.fresh, args.pretrain_steps, args.task_file, args.seeds) == (
         tmp_path / "w", True, 50, str(reviews), 1)
     assert demo.parse_args(["--task_file", str(reviews), "--pretrain_steps", "7"]).pretrain_steps == 7
+    args = demo.parse_args(["--pretrain_models", "bert, electra", "--pretrain_steps", "80"])
+    assert args.pretrain_models == ["bert", "electra"]
+    # ELECTRA's steps keep the defaults' ratio (about the same wall time as BERT's): 250/400 of 80.
+    assert demo.pretrain_arg(args, "electra") == "model=electra,steps=50"
+    assert demo.pretrain_arg(args, "bert") == "steps=80"
     for bad, message in ((["--pretrain_steps", "0"], "must be positive"), (["--seeds", "-1"], "must be positive"),
                          (["--corpus", str(tmp_path / "nope.txt")], "no such file"),
                          (["--task-file", str(tmp_path / "nope.tsv")], "no such file"),
-                         (["--pretrain_steps", "many"], "invalid int")):
+                         (["--pretrain_steps", "many"], "invalid int"),
+                         (["--pretrain_models", "bert,xlnet"], "expected some of bert, electra")):
         with pytest.raises(SystemExit):
             demo.parse_args(bad)
         assert message in capsys.readouterr().err
