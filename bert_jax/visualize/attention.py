@@ -46,7 +46,7 @@ def load(init: str, vocab: str | None = None):
     from input_pipeline.tokenizer_factory import load_tokenizer
 
     warm = open_init_checkpoint(init)
-    vocab = vocab or warm.vocab_file
+    vocab = vocab or warm.vocab_file or _finetuning_vocab(init)
     if vocab is None:
         raise ValueError(f"{init}: no vocabulary beside the checkpoint (vocab.txt, vocab.json + merges.txt or "
                          f"spiece.model) and none in its workdir config; pass --vocab")
@@ -57,6 +57,25 @@ def load(init: str, vocab: str | None = None):
     model = create(BertEncoder, warm.config.deterministic())
     warm.load_encoder(model)
     return model, tokenizer
+
+
+def _finetuning_vocab(init: str) -> str | None:
+    """A fine-tuning workdir's vocabulary: its config.json's ``vocab``, else its ``init_checkpoint``'s."""
+    import json
+    from pathlib import Path
+
+    from bert_jax.finetuning.warm_start import open_init_checkpoint
+    from input_pipeline.package_data import resolve
+
+    path = Path(resolve(init.removeprefix("orbax:")))
+    for directory in (path, path.parent, path.parent.parent):  # the workdir, checkpoints/, a step
+        if (directory / "config.json").is_file() and (directory / "checkpoints").is_dir():
+            config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+            if config.get("vocab"):
+                return config["vocab"]
+            if config.get("init_checkpoint"):
+                return open_init_checkpoint(config["init_checkpoint"]).vocab_file
+    return None
 
 
 def model_max_length(model) -> int:

@@ -4,8 +4,9 @@ r"""``python -m bert_jax.visualize``: a checkpoint's attention on one text as an
         [--text_b "It was tired."] --output attn.html [--png attn.png] [--layer -1] [--head 1]
 
 ``--init`` takes what fine-tuning's ``init_checkpoint`` takes (hf:DIR, tf:PREFIX, orbax:DIR, a
-workdir). ``--layer`` (1..L, or -1 = last) is where the head view opens and which layer the PNG
-shows; ``--head`` (1..H) puts one head in the PNG instead of all of them.
+pre-training workdir) or a fine-tuning workdir. ``--layer`` (1..L, or -1 = last) is where the
+head view opens and which layer the PNG shows; ``--head`` (1..H) puts one head in the PNG instead
+of all of them.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from input_pipeline import cli
 
 def parser() -> cli.ArgumentParser:
     p = cli.ArgumentParser(prog="python -m bert_jax.visualize", description=__doc__.split("\n")[0])
-    p.add_argument("--init", required=True, help="checkpoint: hf:DIR, tf:PREFIX, orbax:DIR or a workdir "
+    p.add_argument("--init", required=True, help="checkpoint: hf:DIR, tf:PREFIX, orbax:DIR or a training workdir "
                                                  "(pkg: names resolved, e.g. hf:pkg:minilm)")
     p.add_argument("--text", required=True, help="the input text (segment A)")
     p.add_argument("--text_b", "--text-b", default=None, help="a second segment: the pair [CLS] a [SEP] b [SEP]")
