@@ -30,6 +30,7 @@ def test_page_is_self_contained_and_carries_every_head(tiny_checkpoint, tmp_path
     page = (tmp_path / "a.html").read_text(encoding="utf-8")
     assert not re.search(r"""(src|href|url)\s*[=(]\s*["']?\s*(https?:)?//""", page, re.I)
     assert "<link" not in page and not re.search(r"<script[^>]*\ssrc=", page) and "@import" not in page
+    assert not re.search(r"\bfetch\(|XMLHttpRequest|WebSocket|\bimport\(", page)  # the script loads nothing
     data = page_json(page)
     words = "the cat sat on the mat , and it was tired .".split()
     assert data["tokens"] == ["[CLS]", *words, "[SEP]", "a", "dog", "ran", ".", "[SEP]"]
