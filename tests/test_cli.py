@@ -37,6 +37,8 @@ CLIS = {
                                           ["--init", "--input", "--output"],
                                           ["--init", "hf:{tmp}/ckpt", "--input", "{tmp}/in.txt", "--output",
                                            "{tmp}/out.npz"], "{tmp}/in.txt"),
+    "bert_jax.visualize": (["-m", "bert_jax.visualize"], ["--init", "--text", "--output", "--png", "--layer"],
+                           ["--init", "hf:{tmp}/ckpt", "--text", "a cat", "--output", "{tmp}/a.html"], "{tmp}/ckpt"),
     "bert_jax.demo": (["-m", "bert_jax.demo"], ["--workdir", "--corpus"], ["--corpus", "{tmp}/corpus.txt"],
                       "--corpus {tmp}/corpus.txt"),
     "input_pipeline.build_vocab": (["-m", "input_pipeline.build_vocab"], ["--input", "--output_dir", "--vocab_size"],

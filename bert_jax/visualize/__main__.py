@@ -1,0 +1,6 @@
+"""``python -m bert_jax.visualize``: see `bert_jax.visualize.command`."""
+
+from bert_jax.visualize.command import main
+from input_pipeline import cli
+
+cli.run(main)
