@@ -6,7 +6,8 @@ sentence-transformers' mean pooling.
   sentence-transformers' ``Pooling(pooling_mode_mean_tokens=True)`` computes, e.g. all-MiniLM-L6-v2);
 - ``pooled``: the pooler's tanh(W·[CLS]) (the NSP/classifier input) [H], when the checkpoint has one;
 - ``last4_concat``: the [CLS] vectors of the last four layers concatenated [4H] (the paper's best
-  feature-based combination, §5.3, taken at the token that stands for the sentence).
+  feature-based combination, §5.3, taken at the token that stands for the sentence; a model with
+  fewer than four layers counts the embedding output as a layer, so 2 layers give [3H]).
 
 ``normalize`` divides each vector by its L2 norm (sentence-transformers' ``Normalize`` module).
 """
@@ -30,7 +31,7 @@ def all_poolings(hidden_states, pooled_output, input_mask) -> dict:
     last = hidden_states[-1]  # [B, L, H]
     mask = input_mask.astype(last.dtype)[..., None]  # [B, L, 1]
     mean = (last * mask).sum(1) / jnp.maximum(mask.sum(1), 1e-9)  # [B, H]
-    picked = hidden_states[-4:] if hidden_states.shape[0] >= 5 else hidden_states[1:]  # [<=4, B, L, H]
+    picked = hidden_states[-4:]  # [min(4, layers + 1), B, L, H]
     last4 = jnp.concatenate([h[:, 0] for h in picked], axis=-1)  # [B, 4H]
     out = {"cls": last[:, 0], "mean": mean, "last4_concat": last4}
     if pooled_output is not None:
