@@ -37,6 +37,8 @@ CLIS = {
                                           ["--init", "--input", "--output"],
                                           ["--init", "hf:{tmp}/ckpt", "--input", "{tmp}/in.txt", "--output",
                                            "{tmp}/out.npz"], "{tmp}/in.txt"),
+    "bert_jax.serve": (["-m", "bert_jax.serve"], ["--init", "--port", "--max_batch", "--max_wait_ms"],
+                       ["--init", "{tmp}/workdir"], "{tmp}/workdir"),
     "bert_jax.demo": (["-m", "bert_jax.demo"], ["--workdir", "--corpus"], ["--corpus", "{tmp}/corpus.txt"],
                       "--corpus {tmp}/corpus.txt"),
     "input_pipeline.build_vocab": (["-m", "input_pipeline.build_vocab"], ["--input", "--output_dir", "--vocab_size"],
