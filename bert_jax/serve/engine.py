@@ -74,6 +74,7 @@ class Engine:
         self.compiles = 0  # traces of the forward pass: one per new (batch, length) shape
         self.compiled_shapes: list[tuple[int, int]] = []
         self._lock = threading.Lock()
+        self.model = model  # the module (its .bert is the encoder), e.g. for an attention page
         graphdef, self._state = nnx.split(model)
         classifier = kind in CLASSIFIER_KINDS
 

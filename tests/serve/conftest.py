@@ -46,13 +46,20 @@ def sentiment_workdir(tmp_path_factory, load_config):
     return d / "workdir"
 
 
-def make_client(engine, **kw):
+def _make_client(engine, **kw):
     from starlette.testclient import TestClient
 
     from bert_jax.serve.app import create_app
 
     engine.warm_up()
     return TestClient(create_app(engine, **kw))
+
+
+@pytest.fixture(scope="session")
+def make_client():
+    """``make_client(engine, **create_app_kwargs)``: warms the engine up and returns a TestClient
+    (use it as a context manager: that starts and stops the batcher)."""
+    return _make_client
 
 
 @pytest.fixture(scope="module")
@@ -65,5 +72,5 @@ def tiny_engine(tiny_hf_dir):
 @pytest.fixture(scope="module")
 def client(tiny_engine):
     """An in-process client of the tiny model's server (batches of up to 4, lengths 16 and 32)."""
-    with make_client(tiny_engine, max_texts=8, max_body_bytes=4096) as c:
+    with _make_client(tiny_engine, max_texts=8, max_body_bytes=4096) as c:
         yield c

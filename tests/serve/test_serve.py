@@ -13,8 +13,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from bert_jax.serve import engine as engine_lib
 from bert_jax.serve.client import BertClient, ServerError
 
-from .conftest import make_client
-
 
 def metric(client, name: str, **labels) -> float:
     """The value of one sample of /metrics (0 when absent)."""
@@ -96,7 +94,7 @@ def test_unknown_routes_and_classify_on_an_encoder(client):
     assert r.status_code == 501 and "bert_jax.visualize" in r.json()["error"]
 
 
-def test_concurrent_requests_share_batches_and_nothing_compiles(tiny_engine):
+def test_concurrent_requests_share_batches_and_nothing_compiles(tiny_engine, make_client):
     """Eight threads at once with a 300 ms batching window: batches of more than one request, every
     answer equal to the request run alone, and no compile after warm-up."""
     texts = [f"the film was {w}" + " very" * i for i, w in enumerate(["good", "bad", "dull", "fun"] * 2)]
@@ -126,16 +124,14 @@ def test_concurrent_requests_share_batches_and_nothing_compiles(tiny_engine):
         assert tiny_engine.compiles == compiles == 6 and metric(c, "bert_serve_compiles") == 6
 
 
-def test_minilm_mean_pooling_is_sentence_transformers(minilm_dir, minilm_golden):
+def test_minilm_mean_pooling_is_sentence_transformers(minilm_golden, make_client):
     """all-MiniLM-L6-v2's recipe (its modules.json: Transformer → mean Pooling → Normalize) is the
     server's default for that checkpoint, and its vectors equal the recipe applied to transformers'
     last layer (tests/golden/minilm_golden.npz) and to bert_jax's encoder run directly."""
-    from bert_jax.interop import pretrained
-
     g = minilm_golden
     single = [i for i, b in enumerate(g["texts_b"]) if not b]
     texts = [str(g["texts_a"][i]) for i in single]
-    engine = engine_lib.load("hf:pkg:minilm", max_seq_length=32, max_batch=4)
+    engine = engine_lib.load("hf:pkg:minilm", max_seq_length=32, max_batch=2)  # 7 texts: 4 batches
     assert (engine.default_pooling, engine.default_normalize) == ("mean", True)
     with make_client(engine) as c:
         body = c.post("/v1/encode", json={"texts": texts}).json()
@@ -151,8 +147,9 @@ def test_minilm_mean_pooling_is_sentence_transformers(minilm_dir, minilm_golden)
     np.testing.assert_allclose(got, ref, atol=2e-5)
     assert pair.json()["ids"][0] == g["input_ids"][off[6]:off[7]].tolist()
     assert pair.json()["segment_ids"][0] == g["segment_ids"][off[6]:off[7]].tolist()
-    # bert_jax's encoder directly: attention-mask-weighted mean of the last layer, L2-normalised
-    model = pretrained.build_model(pretrained.read_checkpoint(f"hf:{minilm_dir}"), with_heads=False)
+    # bert_jax's encoder directly (one batch of 7, no buckets): attention-mask-weighted mean of the
+    # last layer, L2-normalised
+    model = engine.model.bert
     rows = engine.encode(texts)
     ids = np.zeros((len(rows), 32), np.int32)
     mask = np.zeros_like(ids)
@@ -163,8 +160,8 @@ def test_minilm_mean_pooling_is_sentence_transformers(minilm_dir, minilm_golden)
     np.testing.assert_allclose(got, mean / np.linalg.norm(mean, axis=1, keepdims=True), atol=2e-5)
 
 
-def test_classify_from_a_finetuning_workdir(sentiment_workdir):
-    engine = engine_lib.load(str(sentiment_workdir), max_seq_length=32, max_batch=2)
+def test_classify_from_a_finetuning_workdir(sentiment_workdir, make_client):
+    engine = engine_lib.load(str(sentiment_workdir), max_seq_length=16, max_batch=2)
     assert engine.kind == "classification" and engine.label_names == ("negative", "positive")
     texts = ["the film was good", "the film was bad and dull", " ".join(["film"] * 40)]
     logits = engine.run(engine.encode(texts[:2]))["logits"]
@@ -181,7 +178,7 @@ def test_classify_from_a_finetuning_workdir(sentiment_workdir):
         assert body["truncated"] == [False, False, True]
         assert c.post("/v1/classify", json={"texts": ["good"], "text_pairs": ["a", "b"]}).status_code == 400
         assert c.post("/v1/encode", json={"texts": ["good"], "pooling": "pooled"}).status_code == 200
-        assert engine.compiles == 4  # batch 1, 2 × length 16, 32: nothing new after warm-up
+        assert engine.compiles == 2  # batch 1, 2 × length 16: nothing new after warm-up
 
 
 def test_load_errors_name_the_path(tmp_path):
