@@ -21,7 +21,7 @@ LAYERS = (
     ("bert_jax.interop",),
     ("bert_jax.finetuning",),
     ("bert_jax.launch",),
-    ("bert_jax.benchmark", "bert_jax.demo", "bert_jax.visualize"),
+    ("bert_jax.benchmark", "bert_jax.demo", "bert_jax.visualize", "bert_jax.serve"),
     ("train", "configs"),
 )
 # Narrower than the rows (docs/architecture.md): packages that must not import some package below them.

@@ -39,6 +39,8 @@ CLIS = {
                                            "{tmp}/out.npz"], "{tmp}/in.txt"),
     "bert_jax.visualize": (["-m", "bert_jax.visualize"], ["--init", "--text", "--output", "--png", "--layer"],
                            ["--init", "hf:{tmp}/ckpt", "--text", "a cat", "--output", "{tmp}/a.html"], "{tmp}/ckpt"),
+    "bert_jax.serve": (["-m", "bert_jax.serve"], ["--init", "--port", "--max_batch", "--max_wait_ms"],
+                       ["--init", "{tmp}/workdir"], "{tmp}/workdir"),
     "bert_jax.demo": (["-m", "bert_jax.demo"], ["--workdir", "--corpus"], ["--corpus", "{tmp}/corpus.txt"],
                       "--corpus {tmp}/corpus.txt"),
     "input_pipeline.build_vocab": (["-m", "input_pipeline.build_vocab"], ["--input", "--output_dir", "--vocab_size"],
