@@ -74,3 +74,19 @@ def client(tiny_engine):
     """An in-process client of the tiny model's server (batches of up to 4, lengths 16 and 32)."""
     with _make_client(tiny_engine, max_texts=8, max_body_bytes=4096) as c:
         yield c
+
+
+@pytest.fixture(scope="session")
+def stsb_workdir(tmp_path_factory, load_config, glue_dir):
+    """configs/glue.py:task=stsb,runlocal (sentence pairs, regression) from scratch for 2 steps."""
+    from bert_jax import launch
+
+    d = tmp_path_factory.mktemp("stsb")
+    words = sorted({w for line in (glue_dir / "STS-B" / "train.tsv").read_text().lower().split() for w in [line]})
+    (d / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
+    c = load_config("glue", "task=stsb,runlocal")
+    c.vocab, c.task.source = str(d / "vocab.txt"), str(glue_dir)
+    c.num_train_steps, c.log_every, c.progress = 2, 1, False
+    c.max_seq_length = 32
+    launch.run(c, d / "workdir")
+    return d / "workdir"

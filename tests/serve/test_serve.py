@@ -198,3 +198,20 @@ def test_load_errors_name_the_path(tmp_path):
         engine_lib.load(str(tmp_path / "nope"))
     with pytest.raises(ValueError, match="--max_batch 0"):
         engine_lib.load(str(tmp_path), max_batch=0)
+
+
+def test_classify_pairs_and_regression(stsb_workdir, make_client):
+    """A pair task fine-tuned as regression (STS-B): text_pairs go in as [CLS] a [SEP] b [SEP], the
+    answer is a score per pair, equal to the model's output for the same features."""
+    engine = engine_lib.load(str(stsb_workdir), max_seq_length=32, max_batch=2)
+    assert engine.kind == "regression"
+    a, b = ["a man is playing a guitar", "a woman is cooking"], ["a man plays guitar", "a dog runs"]
+    with make_client(engine) as c:
+        r = c.post("/v1/classify", json={"texts": a, "text_pairs": b})
+        assert r.status_code == 200, r.text
+        scores = np.asarray(r.json()["scores"])
+        tokens = c.post("/v1/tokenize", json={"texts": a[:1], "text_pairs": b[:1]}).json()
+    assert scores.shape == (2,) and np.isfinite(scores).all()
+    expected = engine.run(engine.encode(a, b))["logits"][:, 0]
+    np.testing.assert_allclose(scores, expected, rtol=1e-5, atol=1e-6)
+    assert str(tokens).count("[SEP]") == 2
