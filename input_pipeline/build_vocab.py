@@ -33,6 +33,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from input_pipeline import sources, wordpiece_learner
+from input_pipeline.files import write_atomically
 from input_pipeline.vocab import SPECIAL_TOKENS, infer_lower_case
 
 log = logging.getLogger(__name__)
@@ -115,18 +116,6 @@ class _Sentences:
                         return
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    """Writes a temporary file beside ``path`` (mode 0666 less the umask), then renames it."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-    try:
-        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def _vocab_bytes(tokens: list[str], origin: str) -> bytes:
     bad = next((t for t in tokens if not t or "\n" in t or "\r" in t), None)
     if bad is not None:
@@ -148,7 +137,7 @@ def _build_wordpiece(sentences: _Sentences, out: Path, vocab_size: int, lower_ca
         log.warning("the cased vocabulary has no upper-case token, so WordPieceTokenizer will "
                     "treat it as uncased (lower-case its input)")
     path = out / VOCAB_TXT
-    _write_atomically(path, _vocab_bytes(vocab, "wordpiece learner"))
+    write_atomically(path, _vocab_bytes(vocab, "wordpiece learner"))
     stale = out / SPM_MODEL
     if stale.exists():  # from an earlier SentencePiece build: load_tokenizer(out) would pick it
         log.warning("removing %s from an earlier SentencePiece build", stale)
@@ -184,8 +173,8 @@ def _build_sentencepiece(sentences: _Sentences, out: Path, model_type: str, voca
     pieces = [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
     vocab = _vocab_bytes(pieces, "SentencePiece model")
     path = out / SPM_MODEL
-    _write_atomically(path, data)
-    _write_atomically(out / VOCAB_TXT, vocab)
+    write_atomically(path, data)
+    write_atomically(out / VOCAB_TXT, vocab)
     return path
 
 

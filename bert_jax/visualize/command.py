@@ -12,11 +12,11 @@ of all of them.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
 from input_pipeline import cli
+from input_pipeline.files import write_atomically
 
 
 def parser() -> cli.ArgumentParser:
@@ -45,20 +45,6 @@ def layer_index(layer: int, num_layers: int) -> int:
         return layer % num_layers
     raise ValueError(f"--layer {layer}: expected 1..{num_layers} or -1..-{num_layers} for this {num_layers}-layer "
                      f"model")
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """A temporary file beside ``path`` (mode 0666 less the umask), renamed over it: an interrupted
-    run leaves no half-written page."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-    try:
-        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def run(init: str, text: str, output, *, text_b: str | None = None, png=None, layer: int = -1,

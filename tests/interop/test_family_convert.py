@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx, traverse_util
-from safetensors.numpy import load_file, save_file
+from safetensors.numpy import load_file
 
 from bert_jax.finetuning.warm_start import open_init_checkpoint
 from bert_jax.interop import convert, pretrained
@@ -19,7 +19,7 @@ from bert_jax.model.electra import ElectraDiscriminator, ElectraForPreTraining
 from bert_jax.model.encoder import BertEncoder
 from bert_jax.model.models import BertForPreTraining
 from bert_jax.model.weights import CheckpointMismatchError
-from input_pipeline.tokenizer_factory import load_tokenizer
+from tests.fixtures.hf_dirs import write_dir
 from tests.fixtures.params import params_of
 
 # network -> (our model class, objective, model_type, HF architecture)
@@ -154,13 +154,6 @@ def test_encoder_alone(network, family_golden, tmp_path):
     again = pretrained.read_checkpoint(f"hf:{tmp_path}")
     assert again.config == ckpt.config and not (again.heads["mlm"] or again.heads["nsp"] or again.heads["rtd"])
     assert_params_equal(encoder, encoder_params(again))
-
-
-def write_dir(path, tensors, config):
-    path.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
-    (path / "config.json").write_text(json.dumps(config))
-    return path
 
 
 def test_strict_loading_names_what_is_wrong(family_golden, tmp_path):
@@ -298,36 +291,3 @@ def test_electra_pair_matches_transformers(family_golden, electra_pair):
     real = disc_g.inputs[1].astype(bool)
     np.testing.assert_allclose(np.asarray(mlm)[real], gen_g.outputs["mlm"][real], atol=1e-4)
     np.testing.assert_allclose(np.asarray(rtd)[real], disc_g.outputs["rtd"][real], atol=1e-4)
-
-
-def test_vocabulary_files(family_golden, tmp_path):
-    """``hf:`` takes RoBERTa's vocab.json and ALBERT's spiece.model (each checked against vocab_size)
-    as the vocabulary, and fine-tuning's warm start with it."""
-    g = family_golden("roberta")
-    d = write_dir(tmp_path / "r", g.tensors, g.config)
-    (d / "vocab.json").write_text(json.dumps({f"t{i}": i for i in range(120)}))
-    assert pretrained.read_checkpoint(f"hf:{d}").vocab_file == d / "vocab.json"
-    assert open_init_checkpoint(f"hf:{d}").vocab_file == str(d / "vocab.json")
-    (d / "vocab.json").write_text(json.dumps({f"t{i}": i for i in range(119)}))
-    with pytest.raises(ValueError, match=r"vocab.json has 119 tokens but .*config.json says vocab_size=120"):
-        pretrained.read_checkpoint(f"hf:{d}")
-    g = family_golden("albert")
-    d = write_dir(tmp_path / "a", g.tensors, g.config)
-    (d / "spiece.model").write_bytes(b"junk")
-    with pytest.raises(ValueError, match="spiece.model: not a SentencePiece model"):
-        pretrained.read_checkpoint(f"hf:{d}")
-    import sentencepiece as spm
-
-    rng = np.random.default_rng(0)
-    text = tmp_path / "corpus.txt"
-    text.write_text("\n".join(" ".join("".join(rng.choice(list("abcdefghij"), rng.integers(2, 7)))
-                                        for _ in range(12)) for _ in range(400)))
-    for size in (120, 110):  # ALBERT's layout: <pad> <unk> [CLS] [SEP] [MASK]
-        spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(d / "spiece"), vocab_size=size,
-                                       pad_id=0, pad_piece="<pad>", unk_id=1, unk_piece="<unk>", bos_id=-1,
-                                       eos_id=-1, control_symbols=["[CLS]", "[SEP]", "[MASK]"], minloglevel=2)
-        if size == 120:
-            assert pretrained.read_checkpoint(f"hf:{d}").vocab_file == d / "spiece.model"
-            assert load_tokenizer(open_init_checkpoint(f"hf:{d}").vocab_file).cls_id == 2
-    with pytest.raises(ValueError, match=r"spiece.model has 110 tokens but .*vocab_size=120"):
-        pretrained.read_checkpoint(f"hf:{d}")
