@@ -15,3 +15,18 @@ def load_package_data():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def read_review_sentences(path: Path) -> list[str]:
+    """The vaderSentiment review file's sentences: the third tab-separated column of every non-empty
+    line, CRLF endings stripped; a line with another number of fields names itself."""
+    out = []
+    for n, line in enumerate(path.read_bytes().decode("utf-8").split("\n"), 1):
+        line = line.rstrip("\r")
+        if not line:
+            continue
+        fields = line.split("\t")
+        if len(fields) != 3:
+            raise ValueError(f"{path}:{n}: expected 3 tab-separated fields, found {len(fields)}")
+        out.append(fields[2])
+    return out

@@ -30,7 +30,10 @@ import numpy as np
 import regex
 import tokenizers
 import transformers
-from golden_common import load_package_data  # tests/golden/golden_common.py (the script's directory)
+from golden_common import (  # tests/golden/golden_common.py (the script's directory)
+    load_package_data,
+    read_review_sentences,
+)
 from tokenizers import ByteLevelBPETokenizer
 from transformers import RobertaTokenizer
 
@@ -176,20 +179,6 @@ def train_bpe(texts: list[str], out_dir: Path) -> None:
     bpe.save_model(str(out_dir))
     print(f"{out_dir.name}/: {bpe.get_vocab_size()} ids trained on {len(texts)} lines "
           f"({sum(map(len, texts))} characters)")
-
-
-def read_review_sentences(path: Path) -> list[str]:
-    """Third tab-separated column of every non-empty line, CRLF endings stripped (as make_golden.py)."""
-    out = []
-    for n, line in enumerate(path.read_bytes().decode("utf-8").split("\n"), 1):
-        line = line.rstrip("\r")
-        if not line:
-            continue
-        fields = line.split("\t")
-        if len(fields) != 3:
-            raise ValueError(f"{path}:{n}: expected 3 tab-separated fields, found {len(fields)}")
-        out.append(fields[2])
-    return out
 
 
 def _concat(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:

@@ -34,7 +34,10 @@ import safetensors
 import tokenizers
 import torch
 import transformers
-from golden_common import load_package_data  # tests/golden/golden_common.py (the script's directory)
+from golden_common import (  # tests/golden/golden_common.py (the script's directory)
+    load_package_data,
+    read_review_sentences,
+)
 from safetensors import safe_open
 from transformers import BertConfig, BertForPreTraining, BertModel
 from transformers.models.bert.tokenization_bert import BertTokenizer
@@ -107,21 +110,6 @@ def _concat(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
 def _encode(tok, a: str, b: str) -> tuple[list[int], list[int]]:
     enc = tok(a, b or None, truncation=False, padding=False, return_token_type_ids=True)
     return enc["input_ids"], enc["token_type_ids"]
-
-
-def read_review_sentences(path: Path) -> list[str]:
-    """Third tab-separated column of every non-empty line, CRLF endings stripped."""
-    lines = path.read_bytes().decode("utf-8").split("\n")
-    out = []
-    for n, line in enumerate(lines, 1):
-        line = line.rstrip("\r")
-        if not line:
-            continue
-        fields = line.split("\t")
-        if len(fields) != 3:
-            raise ValueError(f"{path}:{n}: expected 3 tab-separated fields, found {len(fields)}")
-        out.append(fields[2])
-    return out
 
 
 CODEPOINT_BLOCK = 4096

@@ -120,19 +120,25 @@ def test_random_replacements_never_special():
         cfg_(random_token_ids=(5, CLS))
 
 
+def py_words(ids, mask, cont) -> list[list[int]]:
+    """One row's candidate words as lists of positions: a real, non-special token starts a word
+    unless it continues (``cont``) the token just before it."""
+    words = []
+    for i in np.flatnonzero(mask.astype(bool) & ~np.isin(ids, SPECIALS)):
+        if cont[i] and words and words[-1][-1] == i - 1:
+            words[-1].append(i)
+        else:
+            words.append([i])
+    return words
+
+
 def reference_whole_word(ids, mask, cont, seed, cfg):
     """Google's greedy loop in Python, fed with the module's random order (same draw)."""
     bits = tf.random.stateless_uniform([len(ids), 3, ids.shape[1]], seed=seed, dtype=tf.int32,
                                        minval=None, maxval=None).numpy()[:, 0] & 0x7FFFFFFF
     result = []
     for b in range(len(ids)):
-        cand = mask[b].astype(bool) & ~np.isin(ids[b], SPECIALS)
-        words = []
-        for i in np.flatnonzero(cand):
-            if cont[b, i] and words and words[-1][-1] == i - 1:
-                words[-1].append(i)
-            else:
-                words.append([i])
+        words = py_words(ids[b], mask[b], cont[b])
         words.sort(key=lambda wd: (-bits[b, wd[0]], wd[0]))
         n = py_num_to_predict(int(mask[b].sum()), cfg.masked_lm_prob, cfg.max_predictions_per_seq)
         chosen = []

@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from input_pipeline.mask_selection import ngram_lengths, select_ngrams, select_whole_words
 from input_pipeline.masking import MaskingConfig, example_seed, mask_dataset, mask_example
-from tests.input_pipeline.test_masking import MASK, SPECIALS, L, cfg_, make_batch, py_num_to_predict, run
+from tests.input_pipeline.test_masking import MASK, SPECIALS, L, cfg_, make_batch, py_num_to_predict, py_words, run
 
 # chi-square critical values at p = 0.001 for 1 and 2 degrees of freedom
 CHI2_999 = {1: 10.83, 2: 13.82}
@@ -93,13 +93,7 @@ def reference_ngram(ids, mask, cont, seed, cfg):
     harmonic = np.cumsum(1.0 / np.arange(1, big_n + 1))
     result = []
     for b in range(len(ids)):
-        cand = mask[b].astype(bool) & ~np.isin(ids[b], SPECIALS)
-        words = []
-        for i in np.flatnonzero(cand):
-            if cont[b, i] and words and words[-1][-1] == i - 1:
-                words[-1].append(i)
-            else:
-                words.append([i])
+        words = py_words(ids[b], mask[b], cont[b])
         avail = []
         for j in range(len(words)):
             a = 1
