@@ -143,3 +143,25 @@ def test_command_line(tool, argv, expected, files, tmp_path):
     assert result.returncode == 2, result.stderr[-3000:]
     assert fill(expected) in error_line(result.stderr)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_checkpoint_of_another_size(tmp_path, capsys, monkeypatch):
+    """A tiny run's checkpoint as the init_checkpoint of a mini run, and a mini run resumed in the
+    tiny run's workdir: status 2, one line naming the checkpoint, no workdir made or changed."""
+    tiny = ["--config=configs/pretrain.py:size=tiny,runlocal,synthetic", "--config.model.vocab_size=101",
+            "--config.model.max_position_embeddings=32", "--config.data.max_seq_length=16",
+            "--config.data.max_predictions_per_seq=4", "--config.batch_size=8", "--config.num_train_steps=1",
+            "--config.eval_every=0", "--config.checkpoint_every=1"]
+    mini = [*tiny, "--config.model.size=mini"]
+    assert run_main("train.py", [*tiny, f"--workdir={tmp_path / 'tiny'}"], monkeypatch) == 0
+    capsys.readouterr()
+    before = tree(tmp_path)
+    status = run_main("train.py", [*mini, f"--workdir={tmp_path / 'mini'}",
+                                   f"--config.init_checkpoint={tmp_path / 'tiny'}"], monkeypatch)
+    line = error_line(capsys.readouterr().err)
+    assert status == 2 and f"{tmp_path / 'tiny' / 'checkpoints' / '1'}: does not fit" in line, line
+    status = run_main("train.py", [*mini, f"--workdir={tmp_path / 'tiny'}"], monkeypatch)
+    line = error_line(capsys.readouterr().err)
+    assert status == 2 and f"{tmp_path / 'tiny' / 'checkpoints' / '1'}: does not fit" in line, line
+    assert tree(tmp_path) == before
