@@ -40,7 +40,7 @@ from bert_jax.training.loop import start_job, train_loop
 from bert_jax.training.metric_writer import MetricWriter
 from bert_jax.training.optim import make_optimizer
 from bert_jax.training.progress import Progress
-from bert_jax.training.state import StateLayout, state_layout
+from bert_jax.training.state import StateLayout, model_stacked_axes, state_layout
 
 log = logging.getLogger(__name__)
 
@@ -75,10 +75,10 @@ def train_batch(features: dict, step: int, batch_size: int, seed: int, length_mu
     return batch
 
 
-def _optimizer(config, steps: int):
+def _optimizer(config, steps: int, stacked: dict):
     opt = config.optimizer.to_dict()
     warmup = int(round(opt.pop("warmup_fraction") * steps))
-    return make_optimizer({**opt, "warmup_steps": warmup, "num_train_steps": steps})
+    return make_optimizer({**opt, "warmup_steps": warmup, "num_train_steps": steps}, stacked=stacked)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,9 +96,10 @@ class FinetuningSteps:
 def build_steps(config, cfg: BertConfig, kind: str, num_labels: int, total: int, mesh: Mesh) -> FinetuningSteps:
     """The optimizer for ``total`` steps, the task model's state layout under ``config.sharding_rules``
     and the jitted steps (what `train_one` runs, and what ahead-of-time compilation compiles)."""
-    tx, schedule = _optimizer(config, total)
+    make_model = functools.partial(fs.make_model, cfg, kind, num_labels)
+    tx, schedule = _optimizer(config, total, model_stacked_axes(make_model))
     rules = tuple(tuple(r) for r in config.sharding_rules)
-    layout = state_layout(functools.partial(fs.make_model, cfg, kind, num_labels), tx, mesh, rules)
+    layout = state_layout(make_model, tx, mesh, rules)
     batch_sh = sh.batch_sharding(mesh, rules)
     train_fn = jax.jit(functools.partial(fs.train_step, graphdef=layout.graphdef, tx=tx, schedule=schedule, kind=kind),
                        in_shardings=(layout.shardings, batch_sh, None), out_shardings=(layout.shardings, None),

@@ -16,7 +16,7 @@ Per update (``g`` the gradient, ``p`` the parameter, ``t`` the optimizer step fr
     u  = m / (sqrt(v) + eps)                      adamw_bert, bias_correction=False (Google's)
     u  = m_hat / (sqrt(v_hat) + eps), m_hat = m / (1 - b1^(t+1)), v_hat = v / (1 - b2^(t+1))
     u <- u + weight_decay * p                     only where decay_mask(p) (kernels, embeddings)
-    u <- u * ||p|| / ||u||                        LAMB only, per leaf, same mask (see make_optimizer)
+    u <- u * ||p|| / ||u||                        LAMB only, per layer and matrix, same mask (see make_optimizer)
     p <- p - lr(t) * u
 
 Weight decay is decoupled from the gradient (it never enters m or v) but scaled by lr(t), exactly
@@ -33,6 +33,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import optax
+
+from bert_jax.training.trust_ratio import path_names, scale_by_layerwise_trust_ratio
 
 OPTIMIZERS = ("adamw_bert", "adamw", "lamb")
 SCHEDULES = ("bert", "linear")
@@ -174,27 +176,7 @@ def make_schedule(cfg: OptimizerConfig) -> optax.Schedule:
 
 
 # ---------------------------------------------------------------------------------------------
-# Weight-decay mask from parameter paths.
-
-
-def path_names(path) -> tuple[str, ...]:
-    """A ``jax.tree_util`` key path as names; the trailing ``.value`` of an ``nnx.Variable`` (an
-    ``nnx.State`` leaf) is dropped, so a State and its ``to_pure_dict()`` give the same names."""
-    names = []
-    for k in path:
-        if isinstance(k, jax.tree_util.DictKey):
-            names.append(str(k.key))
-        elif isinstance(k, jax.tree_util.GetAttrKey):
-            names.append(k.name)
-        elif isinstance(k, jax.tree_util.SequenceKey):
-            names.append(str(k.idx))
-        elif isinstance(k, jax.tree_util.FlattenedIndexKey):
-            names.append(str(k.key))
-        else:
-            names.append(str(k))
-    if path and isinstance(path[-1], jax.tree_util.GetAttrKey) and path[-1].name == "value":
-        names.pop()
-    return tuple(names)
+# Weight-decay mask from parameter paths (`path_names`: bert_jax/training/trust_ratio.py, shared with LAMB).
 
 
 def decays(names: tuple[str, ...]) -> bool:
@@ -244,7 +226,7 @@ def scale_by_adam_no_bias_correction(b1: float = 0.9, b2: float = 0.999, eps: fl
     return optax.GradientTransformation(init_fn, update_fn)
 
 
-def make_optimizer(cfg: Any, *, ignore_unknown: bool = False
+def make_optimizer(cfg: Any, *, ignore_unknown: bool = False, stacked: Any = None
                    ) -> tuple[optax.GradientTransformation, optax.Schedule]:
     """``(tx, schedule_fn)`` from an ``OptimizerConfig``, ``ConfigDict``, mapping or dataclass.
 
@@ -253,10 +235,14 @@ def make_optimizer(cfg: Any, *, ignore_unknown: bool = False
     - ``"adamw"``: clip -> ``optax.adamw`` (always bias-corrected) with the same mask.
     - ``"lamb"`` (You et al. 2019): clip -> Adam (``bias_correction`` as configured; a per-step
       scalar, it nearly cancels in the trust ratio) -> masked decay -> trust ratio -> -lr(t).
-      The trust ratio ``||p|| / ||u||`` (per leaf; 1 where either norm is 0) is applied only where
-      weight decay is, as the reference LAMB implementations do (ALBERT's ``lamb_optimizer.py`` and
-      tf-addons: ``exclude_from_layer_adaptation`` defaults to ``exclude_from_weight_decay``);
-      LayerNorm and bias vectors take plain Adam steps. ``optax.lamb`` alone applies it to all.
+      The trust ratio ``||p|| / ||u||`` (1 where either norm is 0) is taken per layer and matrix:
+      over every axis but the layers axis of a stacked leaf, per array otherwise
+      (`bert_jax.training.trust_ratio`). ``stacked`` says which axis that is for each leaf (a pytree
+      of ``Optional[int]`` like the params, from `bert_jax.model.axes.stacked_axes`); LAMB needs it.
+      The ratio is applied only where weight decay is, as the reference LAMB implementations do
+      (ALBERT's ``lamb_optimizer.py`` and tf-addons: ``exclude_from_layer_adaptation`` defaults to
+      ``exclude_from_weight_decay``); LayerNorm and bias vectors take plain Adam steps (``optax.lamb``
+      alone applies it to all).
 
     ``schedule_fn(step)`` is the lr at optimizer step ``step``.
     """
@@ -274,6 +260,9 @@ def make_optimizer(cfg: Any, *, ignore_unknown: bool = False
         if cfg.weight_decay:
             parts.append(optax.add_decayed_weights(cfg.weight_decay, mask=decay_mask))
         if cfg.optimizer == "lamb":
-            parts.append(optax.masked(optax.scale_by_trust_ratio(), decay_mask))
+            if stacked is None:
+                raise ValueError("optimizer 'lamb' needs stacked= (the layers axis of each parameter, "
+                                 "bert_jax.model.axes.stacked_axes): one trust ratio per layer")
+            parts.append(optax.masked(scale_by_layerwise_trust_ratio(stacked), decay_mask))
         parts.append(optax.scale_by_learning_rate(lr))
     return optax.chain(*parts), lr

@@ -29,7 +29,7 @@ from bert_jax.training.loop import start_job, train_loop
 from bert_jax.training.metric_writer import MetricWriter
 from bert_jax.training.optim import make_optimizer
 from bert_jax.training.progress import Progress
-from bert_jax.training.state import StateLayout, state_layout
+from bert_jax.training.state import StateLayout, model_stacked_axes, state_layout
 
 log = logging.getLogger(__name__)
 
@@ -141,9 +141,10 @@ def build_steps(config, model_cfg: BertConfig, mesh: Mesh) -> PretrainingSteps:
     accumulation_steps = optimizer.pop("accumulation_steps", 1)
     if config.batch_size % accumulation_steps:
         raise ValueError(f"batch_size {config.batch_size} is not divisible by accumulation_steps {accumulation_steps}")
-    tx, schedule = make_optimizer(optimizer)
+    make_model = ts.pretraining_model(model_cfg, config.objective, electra_settings(config))
+    tx, schedule = make_optimizer(optimizer, stacked=model_stacked_axes(make_model))
     rules = tuple(tuple(r) for r in config.sharding_rules)
-    layout = state_layout(ts.pretraining_model(model_cfg, config.objective, electra_settings(config)), tx, mesh, rules)
+    layout = state_layout(make_model, tx, mesh, rules)
     batch_sh = sh.batch_sharding(mesh, rules)
     train_fn = jax.jit(
         functools.partial(ts.train_step, graphdef=layout.graphdef, tx=tx, schedule=schedule,
