@@ -64,6 +64,22 @@ class Checkpointer:
             raise ValueError(f"{self.directory}/{step}: does not fit this model/optimizer: {e}") from e
         return out.state, dict(out.meta)
 
+    def restore_params(self, target: Any, step: int | None = None) -> Any:
+        """The ``params`` of a saved `TrainState` alone, into ``target`` (ShapeDtypeStructs with
+        shardings, `StateLayout.target().params`): the optimizer state and step on disk are not read
+        (phase 2 of the LAMB recipe starts from phase 1's parameters with a fresh optimizer)."""
+        step = self.latest_step() if step is None else step
+        if step is None:
+            raise FileNotFoundError(f"{self.directory}: no checkpoint to restore")
+        item = {"params": target}
+        args = ocp.args.PyTreeRestore(item, restore_args=ocp.checkpoint_utils.construct_restore_args(item),
+                                      partial_restore=True)
+        try:
+            out = self.manager.restore(step, args=ocp.args.Composite(state=args))
+        except (ValueError, KeyError) as e:
+            raise ValueError(f"{self.directory}/{step}: its parameters do not fit this model: {e}") from e
+        return out.state["params"]
+
     def read_meta(self, step: int | None = None) -> dict:
         """The ``meta`` item alone (data position, model config) of a step (default: the latest)."""
         step = self.latest_step() if step is None else step

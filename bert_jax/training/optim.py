@@ -68,6 +68,8 @@ class OptimizerConfig:
     clip_norm: float | None = 1.0  # None or 0 turns clipping off
     bias_correction: bool = False
     schedule: str = "bert"
+    # The decay's power: 1 is linear (the paper's); 0.5 NVIDIA's LAMB recipe (bert_schedule).
+    decay_power: float = 1.0
 
     def __post_init__(self):
         def bad(field, expected):
@@ -81,6 +83,9 @@ class OptimizerConfig:
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 bad(f, "a finite number >= 0")
+        p = self.decay_power
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not math.isfinite(p) or p <= 0:
+            bad("decay_power", "a finite number > 0")
         for f in ("b1", "b2"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
@@ -128,12 +133,17 @@ class OptimizerConfig:
 # Learning-rate schedules: step -> lr, step = optimizer steps already taken (0 for the first update).
 
 
-def bert_schedule(learning_rate: float, warmup_steps: int, num_train_steps: int) -> optax.Schedule:
+def bert_schedule(learning_rate: float, warmup_steps: int, num_train_steps: int, power: float = 1.0
+                  ) -> optax.Schedule:
     """Google's ``create_optimizer``: ``polynomial_decay(power=1)`` from step 0 with warmup
     overriding it while ``step < warmup_steps``:
 
         lr(t) = init_lr * t / warmup_steps                     t < warmup_steps
-        lr(t) = init_lr * (1 - min(t, num_train_steps) / num_train_steps)   otherwise
+        lr(t) = init_lr * (1 - min(t, num_train_steps) / num_train_steps) ** power   otherwise
+
+    ``power`` 1 is Google's; 0.5 is NVIDIA's LAMB recipe (``PolyWarmUpScheduler(degree=0.5)`` in
+    DeepLearningExamples' PyTorch BERT ``schedulers.py``: warmup over a fraction of the steps, then
+    ``(1 - t / N) ** 0.5`` from step 0, the same shape as this one).
 
     The decay runs from step 0, not from the end of warmup, so lr jumps down from ~init_lr to
     init_lr * (1 - warmup/N) at the end of warmup (0.99 x for the paper's 10k/1M; more for short
@@ -142,7 +152,8 @@ def bert_schedule(learning_rate: float, warmup_steps: int, num_train_steps: int)
 
     def schedule(step):
         t = jnp.asarray(step, jnp.float32)
-        decay = init * jnp.maximum(n - t, 0.0) / n  # exactly 0 from t = n on
+        left = jnp.maximum(n - t, 0.0)  # exactly 0 from t = n on
+        decay = init * left / n if power == 1 else init * (left / n) ** power
         if w == 0:
             return decay
         return jnp.where(t < w, init * t / w, decay)
@@ -150,19 +161,22 @@ def bert_schedule(learning_rate: float, warmup_steps: int, num_train_steps: int)
     return schedule
 
 
-def linear_schedule(learning_rate: float, warmup_steps: int, num_train_steps: int) -> optax.Schedule:
+def linear_schedule(learning_rate: float, warmup_steps: int, num_train_steps: int, power: float = 1.0
+                    ) -> optax.Schedule:
     """Warmup then linear decay from the end of warmup (Hugging Face's
     ``get_linear_schedule_with_warmup``, optax ``join_schedules`` of two ``linear_schedule``s):
 
         lr(t) = init_lr * t / warmup_steps                                          t < warmup
         lr(t) = init_lr * max(0, (N - t) / (N - warmup_steps))                      otherwise
 
-    Unlike ``"bert"`` it is continuous: it peaks at exactly init_lr at t = warmup_steps."""
+    Unlike ``"bert"`` it is continuous: it peaks at exactly init_lr at t = warmup_steps. ``power``
+    raises the decaying factor to it (Hugging Face's ``get_polynomial_decay_schedule_with_warmup``)."""
     init, w, n = float(learning_rate), int(warmup_steps), int(num_train_steps)
 
     def schedule(step):
         t = jnp.asarray(step, jnp.float32)
-        decay = init * jnp.maximum(n - t, 0.0) / max(n - w, 1)
+        left = jnp.maximum(n - t, 0.0)
+        decay = init * left / max(n - w, 1) if power == 1 else init * (left / max(n - w, 1)) ** power
         if w == 0:
             return decay
         return jnp.where(t < w, init * t / w, decay)
@@ -172,7 +186,7 @@ def linear_schedule(learning_rate: float, warmup_steps: int, num_train_steps: in
 
 def make_schedule(cfg: OptimizerConfig) -> optax.Schedule:
     fn = bert_schedule if cfg.schedule == "bert" else linear_schedule
-    return fn(cfg.learning_rate, cfg.warmup_steps, cfg.num_train_steps)
+    return fn(cfg.learning_rate, cfg.warmup_steps, cfg.num_train_steps, cfg.decay_power)
 
 
 # ---------------------------------------------------------------------------------------------
