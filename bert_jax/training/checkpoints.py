@@ -75,6 +75,22 @@ class Checkpointer:
     def wait(self) -> None:
         self.manager.wait_until_finished()
 
+    def committed_steps(self) -> list[int]:
+        """The steps whose checkpoint is finalized in the directory (read from it, not from Orbax's
+        cache): renamed from Orbax's temporary name (local) or holding ``commit_success.txt`` (buckets),
+        with both items present."""
+        if not self.directory.is_dir():
+            return []
+        return sorted(int(p.name) for p in self.directory.iterdir()
+                      if p.name.isdigit() and ocp.step.is_path_finalized(p)
+                      and (p / "state").is_dir() and (p / "meta").is_dir())
+
+    def check_committed(self, step: int) -> None:
+        """Raises unless the checkpoint of ``step`` is committed (`committed_steps`)."""
+        if step not in self.committed_steps():
+            raise RuntimeError(f"{self.directory}/{step}: the checkpoint of step {step} is not on disk after "
+                               f"its save finished (committed: {self.committed_steps()})")
+
     def close(self) -> None:
         self.manager.wait_until_finished()
         self.manager.close()
