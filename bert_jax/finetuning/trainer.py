@@ -109,11 +109,13 @@ def build_steps(config, cfg: BertConfig, kind: str, num_labels: int, total: int,
     return FinetuningSteps(layout, train_fn, eval_fn, mesh, rules, batch_sh)
 
 
-def _initial_state(layout, ckpt: Checkpointer, workdir: Path, seed: int, warm):
-    """The run's newest checkpoint (exact resume), else a new state whose encoder comes from the
-    warm start (heads fresh), else a new state from scratch."""
-    if ckpt.latest_step() is not None:
-        state, _ = ckpt.restore(layout.target())
+def _initial_state(layout, ckpt: Checkpointer, workdir: Path, seed: int, warm, restore: str = "latest"):
+    """The run's checkpoint that ``restore`` names (default the newest; exact resume), else a new
+    state whose encoder comes from the warm start (heads fresh), else a new state from scratch."""
+    step = ckpt.restore_step(restore)
+    if step is not None:
+        state, _ = ckpt.restore(layout.target(), step)
+        ckpt.set_aside_after(step)
         log.info("resumed %s at step %d", workdir, int(state.step))
         return state
     if warm is None:
@@ -138,7 +140,7 @@ def train_one(config, workdir: Path, seed: int, task, cfg: BertConfig, warm, dat
     ckpt = Checkpointer(workdir, keep=config.keep_checkpoints)
     writer = MetricWriter(workdir, enabled=is_main)
     try:
-        state = _initial_state(layout, ckpt, workdir, seed, warm)
+        state = _initial_state(layout, ckpt, workdir, seed, warm, config.get("restore", "latest"))
         start = int(state.step)
         batches = (sh.global_batch_from_host(train_batch(train, step, bs, seed, mult), mesh, rules)
                    for step in range(start, total))

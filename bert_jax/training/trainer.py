@@ -184,10 +184,13 @@ def evaluate(eval_fn, state, data, num_batches: int, mesh, rules,
 
 
 def _initial_state(config, steps: PretrainingSteps, ckpt: Checkpointer, data, block: tuple[int, int]):
-    """The newest checkpoint in the workdir (exact resume, input position included), else
+    """The workdir's checkpoint that ``config.restore`` names (default the newest; exact resume,
+    input position included), else
     ``init_checkpoint`` (phase 2 continues phase 1's state on new data), else a fresh state."""
-    if ckpt.latest_step() is not None:
-        state, meta = ckpt.restore(steps.layout.target())
+    step = ckpt.restore_step(config.get("restore", "latest"))
+    if step is not None:
+        state, meta = ckpt.restore(steps.layout.target(), step)
+        ckpt.set_aside_after(step)
         per_process = meta.get("data_per_process") or [meta["data"]]
         if len(per_process) != block[1]:
             raise ValueError(f"{ckpt.directory}: saved by {len(per_process)} processes, resumed by "
@@ -198,7 +201,7 @@ def _initial_state(config, steps: PretrainingSteps, ckpt: Checkpointer, data, bl
     if config.get("init_checkpoint"):
         source = Checkpointer(config.init_checkpoint)
         try:
-            state, _ = source.restore(steps.layout.target())
+            state, _ = source.restore(steps.layout.target(), hint=False)
         finally:
             source.close()
         log.info("initialised from %s at step %d", config.init_checkpoint, int(state.step))
