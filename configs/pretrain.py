@@ -159,6 +159,10 @@ def get_config(arg=None):
     c.eval_steps = 50
     c.checkpoint_every = 5_000
     c.keep_checkpoints = 3
+    # Which checkpoint of the workdir a re-run resumes from: "latest", "previous" (the one before the
+    # newest, e.g. when the newest will not restore; newer ones are moved to checkpoints_set_aside/)
+    # or a step number. docs/robustness.md.
+    c.restore = "latest"
 
     if args.runlocal:
         c.model.size = "tiny"

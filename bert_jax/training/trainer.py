@@ -25,7 +25,8 @@ from bert_jax.model.config import BertConfig
 from bert_jax.training import sharding as sh
 from bert_jax.training import train_step as ts
 from bert_jax.training.checkpoints import Checkpointer
-from bert_jax.training.loop import start_job, train_loop
+from bert_jax.training.job import job
+from bert_jax.training.loop import train_loop
 from bert_jax.training.metric_writer import MetricWriter
 from bert_jax.training.optim import make_optimizer
 from bert_jax.training.progress import Progress
@@ -194,9 +195,13 @@ def gather_data_states(state: dict, block: int = 0) -> list[dict]:
     return [s for _, s in sorted(rows, key=lambda row: row[0])]
 
 
-def evaluate(eval_fn, state, data, num_batches: int, mesh, rules) -> dict:
+def evaluate(eval_fn, state, data, num_batches: int, mesh, rules,
+             interrupted: Callable[[], bool] = lambda: False) -> dict | None:
+    """Held-out metrics over ``num_batches`` batches; None if ``interrupted()`` turns true on the way."""
     totals = None
     for _ in range(num_batches):
+        if interrupted():
+            return None
         sums = eval_fn(state, sh.global_batch(next(data), mesh, rules))
         totals = sums if totals is None else jax.tree.map(lambda a, b: a + b, totals, sums)
     return {k: float(v) for k, v in ts.summarize(jax.device_get(totals)).items()}
@@ -208,10 +213,13 @@ INIT_MODES = ("state", "params")
 
 
 def _initial_state(config, steps: PretrainingSteps, ckpt: Checkpointer, data, block: tuple[int, int]):
-    """The newest checkpoint in the workdir (exact resume, input position included), else
-    ``init_checkpoint`` per ``init_mode`` (`INIT_MODES`), else a fresh state."""
-    if ckpt.latest_step() is not None:
-        state, meta = ckpt.restore(steps.layout.target())
+    """The workdir's checkpoint that ``config.restore`` names (default the newest; exact resume,
+    input position included), else ``init_checkpoint`` per ``init_mode`` (`INIT_MODES`), else a
+    fresh state."""
+    step = ckpt.restore_step(config.get("restore", "latest"))
+    if step is not None:
+        state, meta = ckpt.restore(steps.layout.target(), step)
+        ckpt.set_aside_after(step)
         per_process = meta.get("data_per_process") or [meta["data"]]
         if len(per_process) != block[1]:
             raise ValueError(f"{ckpt.directory}: saved by {len(per_process)} processes, resumed by "
@@ -228,7 +236,7 @@ def _initial_state(config, steps: PretrainingSteps, ckpt: Checkpointer, data, bl
             if mode == "params":  # a new run on old weights: step 0, fresh optimizer, its own schedule
                 state = steps.layout.from_params(source.restore_params(steps.layout.target().params))
             else:
-                state, _ = source.restore(steps.layout.target())
+                state, _ = source.restore(steps.layout.target(), hint=False)
         finally:
             source.close()
         log.info("initialised from %s (%s) at step %d", config.init_checkpoint, mode, int(state.step))
@@ -248,7 +256,12 @@ def _eval_input(config, block: tuple[int, int]):
 
 def run(config, workdir: str | Path) -> dict:
     """Pre-trains per ``config`` in ``workdir``; returns the last logged train/eval metrics."""
-    workdir, is_main = start_job(config, workdir)
+    with job(config, workdir) as j:
+        return _run(config, j)
+
+
+def _run(config, j) -> dict:
+    workdir, is_main, preemption = j.workdir, j.is_main, j.preemption
     model_cfg = model_config(config, vocab_size_of(config))
     steps = build_steps(config, model_cfg, sh.make_mesh(tuple(config.mesh_shape)))
     mesh, rules = steps.mesh, steps.rules
@@ -276,7 +289,10 @@ def run(config, workdir: str | Path) -> dict:
 
         def after_step(state, step: int) -> None:
             if eval_data is not None and (step % config.eval_every == 0 or step == total):
-                last["eval"] = evaluate(steps.eval_fn, state, eval_data, config.eval_steps, mesh, rules)
+                result = evaluate(steps.eval_fn, state, eval_data, config.eval_steps, mesh, rules, preemption.arrived)
+                if result is None:  # interrupted by a signal: the loop saves this step and stops
+                    return
+                last["eval"] = result
                 writer.write(step, last["eval"], "eval")
                 if is_main:
                     print(f"eval at step {step}: " + json.dumps({k: round(v, 4) for k, v in last["eval"].items()}),
@@ -286,7 +302,8 @@ def run(config, workdir: str | Path) -> dict:
             state, steps.train_fn, batches if prefetch else map(place, data),
             jax.random.key(config.seed, impl=config.get("rng_impl", "threefry2x32")), total=total, ckpt=ckpt,
             writer=writer, progress=Progress(int(state.step), total, config.batch_size, enabled=is_main),
-            log_every=config.log_every, checkpoint_every=config.checkpoint_every, meta=meta, after_step=after_step)
+            log_every=config.log_every, checkpoint_every=config.checkpoint_every, meta=meta, after_step=after_step,
+            preemption=preemption)
         if result.train:
             last["train"] = result.train
     finally:
