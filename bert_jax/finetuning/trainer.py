@@ -32,6 +32,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 
 from bert_jax.finetuning import evaluation as fe
+from bert_jax.finetuning import lengths
 from bert_jax.finetuning import steps as fs
 from bert_jax.model.config import BertConfig
 from bert_jax.training import sharding as sh
@@ -64,12 +65,9 @@ def model_config(config, warm, vocab_size: int, kind: str) -> BertConfig:
     return cfg
 
 
-def train_batch(features: dict, step: int, batch_size: int, seed: int, length_multiple: int) -> dict:
-    n = len(features["input_ids"])
-    per_epoch = n // batch_size
-    epoch, i = divmod(step, per_epoch)
-    order = np.random.default_rng([seed, epoch]).permutation(n)
-    idx = order[i * batch_size:(i + 1) * batch_size]
+def train_batch(features: dict, step: int, batch_size: int, seed: int, length_multiple: int,
+                length_groups: int = 0) -> dict:
+    idx = lengths.train_rows(lengths.real_lengths(features), step, batch_size, seed, length_groups)
     keep = ("input_ids", "input_mask", "segment_ids", *(k for k in features if k in fe.LABEL_KEYS))
     batch = fe.cut_rows({k: features[k] for k in keep}, idx, length_multiple, features["input_ids"].shape[1])
     batch["weight"] = np.ones([batch_size], np.float32)
@@ -143,7 +141,10 @@ def train_one(config, workdir: Path, seed: int, task, cfg: BertConfig, warm, dat
     try:
         state = _initial_state(layout, ckpt, workdir, seed, warm, config.get("restore", "latest"))
         start = int(state.step)
-        batches = (sh.global_batch_from_host(train_batch(train, step, bs, seed, mult), mesh, rules)
+        unpad = functools.partial(lengths.unpadded, multiple=config.get("unpad_multiple", 0),
+                                  shards=sh.batch_shards(mesh, rules))  # blocks on the real tokens only
+        batches = (sh.global_batch_from_host(unpad(train_batch(train, step, bs, seed, mult,
+                                                               config.get("length_groups", 0))), mesh, rules)
                    for step in range(start, total))
 
         def after_step(state, step: int) -> None:
