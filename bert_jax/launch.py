@@ -8,7 +8,8 @@ malformed row, a config value out of range, a checkpoint that does not fit) that
 single-process job before it commits a checkpoint leaves a local workdir as it was: a workdir the
 job created is removed, and in an existing one the top-level entries the job created are removed
 and ``config.json`` gets its old content and modification time back. Once the job has committed a
-checkpoint nothing is removed.
+checkpoint nothing is removed, nor when the workdir is another trainer's (its lock,
+`bert_jax.training.workdir_lock`).
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ def run(config, workdir: str | Path) -> dict:
         from bert_jax.training import trainer as pretraining
         return pretraining.run(config, workdir)
     except Exception as e:
-        if cli.is_user_error(e):
+        from bert_jax.training.workdir_lock import WorkdirBusyError
+
+        if cli.is_user_error(e) and not isinstance(e, WorkdirBusyError):  # the workdir is another job's
             before.restore()
         raise
 
@@ -77,6 +80,7 @@ class _Snapshot:
         if config is not None and config.is_file():
             self.config = config.read_bytes(), (config.stat().st_atime_ns, config.stat().st_mtime_ns)
         self.checkpoints = self._checkpoints() if self.existed else set()
+        self.times = (self.path.stat().st_atime_ns, self.path.stat().st_mtime_ns) if self.existed else None
 
     def restore(self) -> None:
         if self.path is None or not self.path.is_dir() or self._checkpoints() != self.checkpoints:
@@ -91,6 +95,7 @@ class _Snapshot:
             config = self.path / CONFIG_JSON
             config.write_bytes(self.config[0])
             os.utime(config, ns=self.config[1])
+        os.utime(self.path, ns=self.times)  # entries (config.json, the lock) came and went
 
     def _checkpoints(self) -> set[str]:
         """The committed checkpoints: step directories under checkpoints/ (seed_<n>/checkpoints/
