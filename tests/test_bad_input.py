@@ -36,7 +36,7 @@ MODULES = {"create_pretraining_data": "input_pipeline.create_pretraining_data",
 # Cases that build a model or read text through tf.data before they fail (1-15 s each here).
 SLOW = {"pretraining data: empty input", "pretraining data: binary input",
         "pretraining data: invalid UTF-8 (--on_error=raise)", "features: checkpoint of another size",
-        "features: layer out of range", "visualize: length over 512"}
+        "features: layer out of range", "visualize: length over 512", "pre-training: binary input"}
 
 
 @pytest.fixture(scope="module")
