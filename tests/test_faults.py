@@ -26,7 +26,7 @@ import pytest
 
 ROOT = Path(__file__).parents[1]
 TIMEOUT = 300  # seconds any one process may take
-STEPS, EVERY = 40, 10
+STEPS, EVERY = 80, 10
 # Tiny pre-training on synthetic batches, slow enough (~5 steps/s) that a kill lands mid-run.
 PRETRAIN = ["--config", "configs/pretrain.py:size=tiny,runlocal,synthetic", f"--config.num_train_steps={STEPS}",
             f"--config.checkpoint_every={EVERY}", "--config.log_every=1", "--config.eval_every=7",
@@ -113,6 +113,17 @@ def final_fingerprint(workdir, step: int) -> dict:
     return json.loads((Path(workdir) / "checkpoints" / str(step) / "meta" / "metadata").read_text())["fingerprint"]
 
 
+def wait_for_tmp_checkpoint(directory: Path, step: int, timeout: float = 10.0) -> bool:
+    """Waits until Orbax's temporary directory of ``step`` appears (the save is writing)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if any(name.startswith(f"{step}.orbax-checkpoint-tmp") for name in
+               (os.listdir(directory) if directory.is_dir() else [])):
+            return True
+        time.sleep(0.001)
+    return False
+
+
 @pytest.fixture(scope="module")
 def straight(tmp_path_factory, env):
     """The uninterrupted run every interrupted one is compared with."""
@@ -155,12 +166,13 @@ def test_killed_runs_resume_bit_exactly(straight, tmp_path, env):
         start = max(before, default=0)
         if start >= STEPS - 2:
             break
-        saves = [s for s in range(EVERY, STEPS, EVERY) if s > start]
-        at = rng.choice(saves) if where == "save" and saves else rng.randrange(start + 1, STEPS - 1)
+        # a save step: the first after the start; random: 1-12 steps after the start
+        at = (start // EVERY + 1) * EVERY if where == "save" else min(start + rng.randint(1, 12), STEPS - 1)
         run = train(tmp_path, env)
         if start:
             assert run.wait_for(r"resumed from .* at step (\d+)").group(1) == str(start)
         assert run.wait_for(rf"^step {at}/") is not None, run.log[-3000:]
+        mid_write = where == "save" and wait_for_tmp_checkpoint(tmp_path / "checkpoints", at)
         sent = time.time()
         run.proc.send_signal(getattr(signal, sig_name))
         rc = run.finish()
@@ -172,13 +184,12 @@ def test_killed_runs_resume_bit_exactly(straight, tmp_path, env):
         else:
             assert rc == -signal.SIGKILL
             saved = max(after, default=0)
-        report.append({"signal": sig_name, "where": where, "at_step": at, "resumes_from": saved,
-                       "exit_s": round(grace, 1), "tmp_dirs_left": [p.name for p in (tmp_path / "checkpoints").iterdir()
-                                                                   if "tmp" in p.name]})
+        report.append({"signal": sig_name, "where": where, "at_step": at, "mid_write": mid_write,
+                       "resumes_from": saved, "exit_s": round(grace, 1)})
     run = train(tmp_path, env)
     assert run.finish() == 0, run.log[-3000:]
     print("fault report:", json.dumps(report))
-    assert len(report) >= 4
+    assert len(report) >= 4 and any(r["mid_write"] for r in report)
     expected = losses(straight)
     got = losses(tmp_path)
     assert sorted(got) == sorted(expected) and all(got[s] == expected[s] for s in expected), \
@@ -225,9 +236,9 @@ def test_corrupted_checkpoint_is_named_and_previous_resumes(straight, tmp_path, 
     the uninterrupted run's state."""
     import shutil
 
-    shutil.copytree(straight / "checkpoints", tmp_path / "checkpoints", ignore=shutil.ignore_patterns("40"))
+    shutil.copytree(straight / "checkpoints", tmp_path / "checkpoints", ignore=shutil.ignore_patterns(str(STEPS)))
     shutil.copy(straight / "metrics.jsonl", tmp_path / "metrics.jsonl")
-    newest = tmp_path / "checkpoints" / "30"
+    newest = tmp_path / "checkpoints" / str(STEPS - EVERY)  # keep_checkpoints=3: 60, 70
     data = max((p for p in (newest / "state").rglob("*") if p.is_file() and "/d/" in str(p)),
                key=lambda p: p.stat().st_size)
     raw = bytearray(data.read_bytes())
@@ -239,14 +250,14 @@ def test_corrupted_checkpoint_is_named_and_previous_resumes(straight, tmp_path, 
             data.write_bytes(bytes(raw[: len(raw) // 2]))
         run = train(tmp_path, env)
         assert run.finish() == 2, run.log[-3000:]
-        assert re.match(r"error: .*checkpoints/30: cannot restore the checkpoint of step 30: .*"
-                        r"--config.restore=previous resumes from step 20", run.lines[-1]), run.lines[-1]
-        assert "Traceback" not in run.log and committed(tmp_path) == [10, 20, 30]
+        assert re.match(r"error: .*checkpoints/70: cannot restore the checkpoint of step 70: .*"
+                        r"--config.restore=previous resumes from step 60", run.lines[-1]), run.lines[-1]
+        assert "Traceback" not in run.log and committed(tmp_path) == [60, 70]
     run = train(tmp_path, env, "--config.restore=previous")
     assert run.finish() == 0, run.log[-3000:]
-    assert "resumed from" in run.log and "at step 20" in run.log
+    assert "resumed from" in run.log and "at step 60" in run.log
     assert committed(tmp_path)[-1] == STEPS and final_fingerprint(tmp_path, STEPS) == final_fingerprint(straight, STEPS)
-    assert [p.name.split(".")[0] for p in (tmp_path / "checkpoints_set_aside").iterdir()] == ["30"]
+    assert [p.name.split(".")[0] for p in (tmp_path / "checkpoints_set_aside").iterdir()] == ["70"]
 
 
 @pytest.mark.slow
