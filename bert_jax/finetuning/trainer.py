@@ -32,6 +32,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 
 from bert_jax.finetuning import evaluation as fe
+from bert_jax.finetuning import lengths
 from bert_jax.finetuning import steps as fs
 from bert_jax.model.config import BertConfig
 from bert_jax.training import sharding as sh
@@ -41,7 +42,7 @@ from bert_jax.training.loop import train_loop
 from bert_jax.training.metric_writer import MetricWriter
 from bert_jax.training.optim import make_optimizer
 from bert_jax.training.progress import Progress
-from bert_jax.training.state import StateLayout, state_layout
+from bert_jax.training.state import StateLayout, model_stacked_axes, state_layout
 
 log = logging.getLogger(__name__)
 
@@ -64,22 +65,19 @@ def model_config(config, warm, vocab_size: int, kind: str) -> BertConfig:
     return cfg
 
 
-def train_batch(features: dict, step: int, batch_size: int, seed: int, length_multiple: int) -> dict:
-    n = len(features["input_ids"])
-    per_epoch = n // batch_size
-    epoch, i = divmod(step, per_epoch)
-    order = np.random.default_rng([seed, epoch]).permutation(n)
-    idx = order[i * batch_size:(i + 1) * batch_size]
+def train_batch(features: dict, step: int, batch_size: int, seed: int, length_multiple: int,
+                length_groups: int = 0) -> dict:
+    idx = lengths.train_rows(lengths.real_lengths(features), step, batch_size, seed, length_groups)
     keep = ("input_ids", "input_mask", "segment_ids", *(k for k in features if k in fe.LABEL_KEYS))
     batch = fe.cut_rows({k: features[k] for k in keep}, idx, length_multiple, features["input_ids"].shape[1])
     batch["weight"] = np.ones([batch_size], np.float32)
     return batch
 
 
-def _optimizer(config, steps: int):
+def _optimizer(config, steps: int, stacked: dict):
     opt = config.optimizer.to_dict()
     warmup = int(round(opt.pop("warmup_fraction") * steps))
-    return make_optimizer({**opt, "warmup_steps": warmup, "num_train_steps": steps})
+    return make_optimizer({**opt, "warmup_steps": warmup, "num_train_steps": steps}, stacked=stacked)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,9 +95,10 @@ class FinetuningSteps:
 def build_steps(config, cfg: BertConfig, kind: str, num_labels: int, total: int, mesh: Mesh) -> FinetuningSteps:
     """The optimizer for ``total`` steps, the task model's state layout under ``config.sharding_rules``
     and the jitted steps (what `train_one` runs, and what ahead-of-time compilation compiles)."""
-    tx, schedule = _optimizer(config, total)
+    make_model = functools.partial(fs.make_model, cfg, kind, num_labels)
+    tx, schedule = _optimizer(config, total, model_stacked_axes(make_model))
     rules = tuple(tuple(r) for r in config.sharding_rules)
-    layout = state_layout(functools.partial(fs.make_model, cfg, kind, num_labels), tx, mesh, rules)
+    layout = state_layout(make_model, tx, mesh, rules)
     batch_sh = sh.batch_sharding(mesh, rules)
     train_fn = jax.jit(functools.partial(fs.train_step, graphdef=layout.graphdef, tx=tx, schedule=schedule, kind=kind),
                        in_shardings=(layout.shardings, batch_sh, None), out_shardings=(layout.shardings, None),
@@ -142,7 +141,10 @@ def train_one(config, workdir: Path, seed: int, task, cfg: BertConfig, warm, dat
     try:
         state = _initial_state(layout, ckpt, workdir, seed, warm, config.get("restore", "latest"))
         start = int(state.step)
-        batches = (sh.global_batch_from_host(train_batch(train, step, bs, seed, mult), mesh, rules)
+        unpad = functools.partial(lengths.unpadded, multiple=config.get("unpad_multiple", 0),
+                                  shards=sh.batch_shards(mesh, rules))  # blocks on the real tokens only
+        batches = (sh.global_batch_from_host(unpad(train_batch(train, step, bs, seed, mult,
+                                                               config.get("length_groups", 0))), mesh, rules)
                    for step in range(start, total))
 
         def after_step(state, step: int) -> None:
@@ -224,6 +226,9 @@ def _run(config, j) -> dict:
         raise ValueError("no vocabulary: set --config.vocab=PATH (or an init_checkpoint that has one)")
     tokenizer = load_tokenizer(resolve(vocab))
     cfg = model_config(config, warm, tokenizer.vocab_size, task.kind)
+    if config.max_seq_length > cfg.max_length:
+        raise ValueError(f"--config.max_seq_length={config.max_seq_length}: expected at most {cfg.max_length} "
+                         f"(max_position_embeddings of {config.init_checkpoint or 'the model'})")
     data = load_data(config, task, tokenizer)
     seeds = [config.seed + i for i in range(config.seeds)]
     per_seed = []

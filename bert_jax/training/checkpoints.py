@@ -151,6 +151,24 @@ class Checkpointer:
                     step, f"{len(differ)} arrays differ from what was saved (fingerprint), first {differ[0]}", hint))
         return out.state, dict(out.meta)
 
+    def restore_params(self, target: Any, step: int | None = None) -> Any:
+        """The ``params`` of a saved `TrainState` alone, into ``target`` (ShapeDtypeStructs with
+        shardings, `StateLayout.target().params`): the optimizer state and step on disk are not read
+        (phase 2 of the LAMB recipe starts from phase 1's parameters with a fresh optimizer)."""
+        step = self.latest_step() if step is None else step
+        if step is None:
+            raise FileNotFoundError(f"{self.directory}: no checkpoint to restore")
+        item = {"params": target}
+        args = ocp.args.PyTreeRestore(item, restore_args=ocp.checkpoint_utils.construct_restore_args(item),
+                                      partial_restore=True)
+        try:
+            out = self.manager.restore(step, args=ocp.args.Composite(state=args))
+        except (ValueError, KeyError) as e:
+            raise CheckpointRestoreError(self._cannot(step, f"its parameters do not fit this model: {e}", False)) from e
+        except Exception as e:  # unreadable: truncated or missing files, tensorstore errors
+            raise CheckpointRestoreError(self._cannot(step, f"{type(e).__name__}: {e}", False)) from e
+        return out.state["params"]
+
     def _cannot(self, step: int, reason: str, hint: bool) -> str:
         reason = " ".join(reason.split())
         reason = reason if len(reason) < 300 else reason[:300] + "..."
