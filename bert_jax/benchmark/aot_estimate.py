@@ -143,6 +143,8 @@ def estimate(config, devices, chip: aot.Chip, steps: int | None = None, memory: 
                 "model": {"size": config.model.size, "dtype": cfg.dtype, "remat": cfg.remat_policy,
                           "scan": cfg.scan_layers}, "compiler_error": "not compiled (--no_memory)"}
     full = aot.report(full, chip, len(devices))
+    if memory and not full["fits"]:  # no time for a step that does not fit
+        return dict(full, estimate=None, accumulation_steps=k)
     micro = batch // k
     one = aot.compile_step(_with(config, num_layers=1, scan_layers=False), devices, micro)
     _progress(f"1 unrolled layer, batch {micro}", one)
@@ -164,6 +166,8 @@ def estimate(config, devices, chip: aot.Chip, steps: int | None = None, memory: 
 
 def summary(r: dict) -> str:
     e = r["estimate"]
+    if e is None:
+        return aot.summary(r) + f"\n  (accumulation {r['accumulation_steps']}; no time estimate: it does not fit)"
     if r["memory_bytes"] is None and r.get("compiler_error", "").startswith("not compiled"):  # --no_memory
         line = (f"{r['chips']} x {r['chip']}, mesh {r['mesh']}, global batch {r['batch_size']} x {r['length']} "
                 f"({r['model']['size']}, {r['model']['dtype']}, remat {r['model']['remat']}): memory not compiled")

@@ -70,3 +70,42 @@ def test_tiny_estimate_on_a_v5e_slice():
     assert e["total_s"] == pytest.approx(10 * e["step_s"])
     # More than the FLOPs the model needs (the compiler counts every op), but not absurdly more.
     assert r["model_flops_per_step"] / 4 < e["flops_per_device"] < 10 * r["model_flops_per_step"] / 4
+
+
+def _fake_compiles(monkeypatch, fits=True):
+    """compile_step stand-in: the step's cost is 5 + 3 per layer (FLOPs) per row of the batch; its
+    memory fits or not; the optimizer update costs 7 FLOPs and 11 bytes."""
+    calls = []
+
+    def compile_step(config, devices, batch_size):
+        layers = config.model.get("num_layers")
+        calls.append((layers, config.model.scan_layers, batch_size))
+        cost = {"flops": (5.0 + 3.0 * (layers or 0)) * batch_size + 7.0, "bytes accessed": 100.0 * (layers or 0) + 11}
+        return {"batch_size": batch_size, "length": 128, "compile_s": 1.0, "mesh": {"data": 4},
+                "model_flops_per_step": 1e12, "total_bytes": 2**30 if fits else None,
+                "memory_bytes": {} if fits else None, "model": {}, "cost": cost}
+
+    monkeypatch.setattr(aot, "compile_step", compile_step)
+    monkeypatch.setattr(aot_estimate, "update_cost", lambda config, devices: {"flops": 7.0, "bytes accessed": 11.0})
+    return calls
+
+
+def test_estimate_compiles_one_and_two_layers_at_the_micro_batch(monkeypatch):
+    calls = _fake_compiles(monkeypatch)
+    config = aot.load_config("configs/pretrain.py:size=large", ["--config.batch_size=64",
+                                                                "--config.optimizer.accumulation_steps=4"])
+    r = aot_estimate.estimate(config, [None] * 4, aot.CHIPS["v5e"], steps=100)
+    assert calls == [(None, True, 64), (1, False, 16), (2, False, 16)]
+    e = r["estimate"]
+    # 24 layers at 16 rows: (5 + 3 * 24) * 16 + 7 FLOPs; 4 micro-batches without the update, then one update.
+    assert e["flops_per_device"] == 4 * (77 * 16) + 7 and e["bytes_per_device"] == 4 * 2400 + 11
+    assert e["accumulation_steps"] == 4 and e["layers"] == 24 and e["total_s"] == pytest.approx(100 * e["step_s"])
+
+
+def test_a_step_that_does_not_fit_gets_no_estimate(monkeypatch):
+    calls = _fake_compiles(monkeypatch, fits=False)
+    config = aot.load_config("configs/pretrain.py:size=large", [])
+    r = aot_estimate.estimate(config, [None] * 4, aot.CHIPS["v5e"])
+    assert r["estimate"] is None and len(calls) == 1 and "no time estimate" in aot_estimate.summary(
+        dict(r, compiler_error="RESOURCE_EXHAUSTED", chip="TPU v5e", chips=4, mesh={}, model={"size": "large",
+             "dtype": "float32", "remat": "none"}))
