@@ -30,10 +30,17 @@ def base_config(task: dict, *, size: str, max_seq_length: int, batch_size: int, 
     # Shapes come from the init_checkpoint; `size` only matters from scratch. The rest are
     # execution settings applied on top of the checkpoint's config.
     c.model = ml_collections.ConfigDict(dict(
-        size=size, dtype="float32", scan_layers=True, remat_policy="none", attention_impl="auto",
+        size=size, dtype="auto", scan_layers=True, remat_policy="none", attention_impl="auto",
         hidden_dropout_prob=0.1, attention_dropout_prob=0.1))
     c.max_seq_length = max_seq_length
     c.length_multiple = 32  # batches are cut to their longest row, rounded up to this
+    # Real lengths (bert_jax/finetuning/lengths.py, docs/benchmarks.md "Fine-tuning on real lengths"):
+    # eval batches of rows longest first (same predictions); M > 0: the encoder's blocks on the real
+    # tokens only, counts rounded up to M per data shard (same numbers; each count compiles once);
+    # G > 0: training batches drawn in groups of G batches sorted by length (changes the batches).
+    c.eval_by_length = False
+    c.unpad_multiple = 0
+    c.length_groups = 0
     c.batch_size = batch_size
     c.eval_batch_size = 64
     c.num_train_epochs = epochs
@@ -48,6 +55,7 @@ def base_config(task: dict, *, size: str, max_seq_length: int, batch_size: int, 
     c.log_every = 50
     c.checkpoint_every = 1000
     c.keep_checkpoints = 1
+    c.restore = "latest"  # or "previous" or a step number: the checkpoint a re-run resumes from (docs/robustness.md)
     c.progress = True
     c.mesh_shape = (-1, 1, 1)
     c.sharding_rules = DEFAULT_RULES

@@ -1,5 +1,5 @@
-"""Fine-tuning evaluation: model outputs over a split (padded rows and cut lengths undone), the
-task's metrics, prediction files."""
+"""Fine-tuning evaluation: model outputs over a split (padded rows, cut lengths and the by-length
+order undone), the task's metrics, prediction files."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import logging
 import jax
 import numpy as np
 
+from bert_jax.finetuning import lengths
 from bert_jax.training import sharding as sh
 
 log = logging.getLogger(__name__)
@@ -27,18 +28,23 @@ def cut_rows(features: dict, idx: np.ndarray, length_multiple: int, max_len: int
 
 
 def predict(eval_fn, params, features: dict, kind: str, batch_size: int, length_multiple: int,
-            mesh, rules) -> tuple[dict, dict]:
-    """Outputs for every row (feature order, padded back to the full length) and the loss sums."""
+            mesh, rules, *, by_length: bool = False, unpad_multiple: int = 0) -> tuple[dict, dict]:
+    """Outputs for every row (feature order, padded back to the full length) and the loss sums.
+    ``by_length``: batches of rows longest first; ``unpad_multiple``: blocks on the real tokens only
+    (`bert_jax.finetuning.lengths`); the outputs are the same either way."""
     n, max_len = features["input_ids"].shape
     keep = [k for k in features if k in MODEL_INPUTS or k in LABEL_KEYS]
+    order = lengths.eval_order(features, by_length)
+    shards = sh.batch_shards(mesh, rules)
     outputs: dict[str, list] = {}
     totals = None
     for start in range(0, n, batch_size):
-        idx = np.arange(start, min(n, start + batch_size))
+        idx = order[start:start + batch_size]
         batch = cut_rows({k: features[k] for k in keep}, idx, length_multiple, max_len)
         pad = batch_size - len(idx)
         batch = {k: np.concatenate([v, np.zeros((pad, *v.shape[1:]), v.dtype)]) for k, v in batch.items()}
         batch["weight"] = (np.arange(batch_size) < len(idx)).astype(np.float32)
+        batch = lengths.unpadded(batch, unpad_multiple, shards)
         out, sums = eval_fn(params, sh.global_batch_from_host(batch, mesh, rules))
         if jax.process_count() > 1:  # every process gets every row's outputs
             from jax.experimental import multihost_utils
@@ -52,7 +58,7 @@ def predict(eval_fn, params, features: dict, kind: str, batch_size: int, length_
                 fill = -1e9 if kind == "span" else 0.0
                 v = np.concatenate([v, np.full((len(v), max_len - v.shape[1], *v.shape[2:]), fill, v.dtype)], 1)
             outputs.setdefault(k, []).append(v)
-    return {k: np.concatenate(v) for k, v in outputs.items()}, totals
+    return lengths.restore_order({k: np.concatenate(v) for k, v in outputs.items()}, order), totals
 
 
 
@@ -64,7 +70,8 @@ def evaluate_splits(task, params, data, eval_fn, config, mesh, rules, writer, st
             continue
         examples, feats = data[split]["examples"], data[split]["features"]
         outputs, sums = predict(eval_fn, params, feats, task.kind, config.eval_batch_size,
-                                config.length_multiple, mesh, rules)
+                                config.length_multiple, mesh, rules, by_length=config.get("eval_by_length", False),
+                                unpad_multiple=config.get("unpad_multiple", 0))
         if split in task.eval_splits:
             metrics = {k: float(v) for k, v in task.evaluate(examples, feats, outputs).items()}
             metrics["loss"] = float(sums["loss_sum"] / max(sums["count"], 1e-9))

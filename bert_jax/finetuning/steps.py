@@ -9,7 +9,9 @@
 
 The state is the pre-training `TrainState` (step, pure-dict params, optimizer state); the steps
 are jitted once by the fine-tuning loop with explicit shardings and donation. Every batch carries
-``weight`` [B] (1 real row, 0 padding) so a padded last eval batch counts only its real rows.
+``weight`` [B] (1 real row, 0 padding) so a padded last eval batch counts only its real rows, and
+may carry ``token_index`` [shards, tokens] (``config.unpad_multiple``, `bert_jax.finetuning.lengths`):
+then the encoder's blocks run on the real tokens only, with the same outputs.
 """
 
 from __future__ import annotations
@@ -44,10 +46,11 @@ def forward(params, graphdef, batch, rng, kind: str, deterministic: bool) -> dic
     model = nnx.merge(graphdef, params)
     rngs = None if deterministic else nnx.Rngs(dropout=rng)
     args = (batch["input_ids"], batch["input_mask"], batch["segment_ids"])
+    kw = dict(deterministic=deterministic, rngs=rngs, token_index=batch.get("token_index"))  # unpadded blocks
     if kind == "span":
-        start, end = model(*args, deterministic=deterministic, rngs=rngs)
+        start, end = model(*args, **kw)
         return {"start_logits": start, "end_logits": end}  # [batch, length] each
-    out = model(*args, deterministic=deterministic, rngs=rngs)
+    out = model(*args, **kw)
     if kind == "regression":
         return {"predictions": out[:, 0]}  # [batch]
     return {"logits": out}  # [batch, labels] or [batch, length, labels]

@@ -32,15 +32,17 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 
 from bert_jax.finetuning import evaluation as fe
+from bert_jax.finetuning import lengths
 from bert_jax.finetuning import steps as fs
 from bert_jax.model.config import BertConfig
 from bert_jax.training import sharding as sh
 from bert_jax.training.checkpoints import Checkpointer
-from bert_jax.training.loop import start_job, train_loop
+from bert_jax.training.job import Preemption, job
+from bert_jax.training.loop import train_loop
 from bert_jax.training.metric_writer import MetricWriter
 from bert_jax.training.optim import make_optimizer
 from bert_jax.training.progress import Progress
-from bert_jax.training.state import StateLayout, state_layout
+from bert_jax.training.state import StateLayout, model_stacked_axes, state_layout
 
 log = logging.getLogger(__name__)
 
@@ -63,22 +65,19 @@ def model_config(config, warm, vocab_size: int, kind: str) -> BertConfig:
     return cfg
 
 
-def train_batch(features: dict, step: int, batch_size: int, seed: int, length_multiple: int) -> dict:
-    n = len(features["input_ids"])
-    per_epoch = n // batch_size
-    epoch, i = divmod(step, per_epoch)
-    order = np.random.default_rng([seed, epoch]).permutation(n)
-    idx = order[i * batch_size:(i + 1) * batch_size]
+def train_batch(features: dict, step: int, batch_size: int, seed: int, length_multiple: int,
+                length_groups: int = 0) -> dict:
+    idx = lengths.train_rows(lengths.real_lengths(features), step, batch_size, seed, length_groups)
     keep = ("input_ids", "input_mask", "segment_ids", *(k for k in features if k in fe.LABEL_KEYS))
     batch = fe.cut_rows({k: features[k] for k in keep}, idx, length_multiple, features["input_ids"].shape[1])
     batch["weight"] = np.ones([batch_size], np.float32)
     return batch
 
 
-def _optimizer(config, steps: int):
+def _optimizer(config, steps: int, stacked: dict):
     opt = config.optimizer.to_dict()
     warmup = int(round(opt.pop("warmup_fraction") * steps))
-    return make_optimizer({**opt, "warmup_steps": warmup, "num_train_steps": steps})
+    return make_optimizer({**opt, "warmup_steps": warmup, "num_train_steps": steps}, stacked=stacked)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,9 +95,10 @@ class FinetuningSteps:
 def build_steps(config, cfg: BertConfig, kind: str, num_labels: int, total: int, mesh: Mesh) -> FinetuningSteps:
     """The optimizer for ``total`` steps, the task model's state layout under ``config.sharding_rules``
     and the jitted steps (what `train_one` runs, and what ahead-of-time compilation compiles)."""
-    tx, schedule = _optimizer(config, total)
+    make_model = functools.partial(fs.make_model, cfg, kind, num_labels)
+    tx, schedule = _optimizer(config, total, model_stacked_axes(make_model))
     rules = tuple(tuple(r) for r in config.sharding_rules)
-    layout = state_layout(functools.partial(fs.make_model, cfg, kind, num_labels), tx, mesh, rules)
+    layout = state_layout(make_model, tx, mesh, rules)
     batch_sh = sh.batch_sharding(mesh, rules)
     train_fn = jax.jit(functools.partial(fs.train_step, graphdef=layout.graphdef, tx=tx, schedule=schedule, kind=kind),
                        in_shardings=(layout.shardings, batch_sh, None), out_shardings=(layout.shardings, None),
@@ -108,11 +108,13 @@ def build_steps(config, cfg: BertConfig, kind: str, num_labels: int, total: int,
     return FinetuningSteps(layout, train_fn, eval_fn, mesh, rules, batch_sh)
 
 
-def _initial_state(layout, ckpt: Checkpointer, workdir: Path, seed: int, warm):
-    """The run's newest checkpoint (exact resume), else a new state whose encoder comes from the
-    warm start (heads fresh), else a new state from scratch."""
-    if ckpt.latest_step() is not None:
-        state, _ = ckpt.restore(layout.target())
+def _initial_state(layout, ckpt: Checkpointer, workdir: Path, seed: int, warm, restore: str = "latest"):
+    """The run's checkpoint that ``restore`` names (default the newest; exact resume), else a new
+    state whose encoder comes from the warm start (heads fresh), else a new state from scratch."""
+    step = ckpt.restore_step(restore)
+    if step is not None:
+        state, _ = ckpt.restore(layout.target(), step)
+        ckpt.set_aside_after(step)
         log.info("resumed %s at step %d", workdir, int(state.step))
         return state
     if warm is None:
@@ -122,7 +124,8 @@ def _initial_state(layout, ckpt: Checkpointer, workdir: Path, seed: int, warm):
     return layout.from_params(nnx.state(model, nnx.Param).to_pure_dict())
 
 
-def train_one(config, workdir: Path, seed: int, task, cfg: BertConfig, warm, data: dict) -> dict:
+def train_one(config, workdir: Path, seed: int, task, cfg: BertConfig, warm, data: dict,
+              preemption: Preemption) -> dict:
     """One fine-tuning run (one seed) in ``workdir``; returns {split: metrics}."""
     train = data["train"]["features"]
     bs, mult = config.batch_size, config.length_multiple
@@ -136,9 +139,12 @@ def train_one(config, workdir: Path, seed: int, task, cfg: BertConfig, warm, dat
     ckpt = Checkpointer(workdir, keep=config.keep_checkpoints)
     writer = MetricWriter(workdir, enabled=is_main)
     try:
-        state = _initial_state(layout, ckpt, workdir, seed, warm)
+        state = _initial_state(layout, ckpt, workdir, seed, warm, config.get("restore", "latest"))
         start = int(state.step)
-        batches = (sh.global_batch_from_host(train_batch(train, step, bs, seed, mult), mesh, rules)
+        unpad = functools.partial(lengths.unpadded, multiple=config.get("unpad_multiple", 0),
+                                  shards=sh.batch_shards(mesh, rules))  # blocks on the real tokens only
+        batches = (sh.global_batch_from_host(unpad(train_batch(train, step, bs, seed, mult,
+                                                               config.get("length_groups", 0))), mesh, rules)
                    for step in range(start, total))
 
         def after_step(state, step: int) -> None:
@@ -151,8 +157,13 @@ def train_one(config, workdir: Path, seed: int, task, cfg: BertConfig, warm, dat
             progress=Progress(start, total, bs, enabled=is_main and config.progress),
             log_every=config.log_every, checkpoint_every=config.checkpoint_every,
             meta=lambda step: {"step": step, "seed": seed, "model": dataclasses.asdict(cfg)},
-            after_step=after_step, name=task.name)
-        if result.interrupted:
+            after_step=after_step, name=task.name, preemption=preemption)
+        if not result.interrupted and preemption.arrived():  # after the last step: the re-run evaluates
+            ckpt.wait()
+            ckpt.check_committed(result.step)
+            log.warning("%s: %s received: saved a checkpoint at step %d; exiting (a re-run evaluates it)",
+                        task.name, preemption.signal_name, result.step)
+        if preemption.arrived():
             return {"interrupted_at_step": result.step}
         return fe.evaluate_splits(task, result.state.params, data, eval_fn, config, mesh, rules, writer,
                                   result.step, workdir / "predictions" if is_main else None)
@@ -197,12 +208,17 @@ def _summary(per_seed: list[dict]) -> dict:
 
 def run(config, workdir: str | Path) -> dict:
     """Fine-tunes per ``config`` (one run per seed); returns and writes ``results.json``."""
+    with job(config, workdir) as j:
+        return _run(config, j)
+
+
+def _run(config, j) -> dict:
     from bert_jax.finetuning.warm_start import open_init_checkpoint
     from input_pipeline.package_data import resolve
     from input_pipeline.tasks import make_task
     from input_pipeline.tokenizer_factory import load_tokenizer
 
-    workdir, is_main = start_job(config, workdir)
+    workdir, is_main = j.workdir, j.is_main
     task = make_task(config.task)
     warm = open_init_checkpoint(config.init_checkpoint) if config.init_checkpoint else None
     vocab = config.vocab or (warm.vocab_file if warm is not None else None)
@@ -217,7 +233,7 @@ def run(config, workdir: str | Path) -> dict:
         run_dir = workdir / f"seed_{seed}" if len(seeds) > 1 else workdir
         if len(seeds) > 1 and is_main:
             print(f"--- {task.name}: seed {seed} ({len(per_seed) + 1}/{len(seeds)}) ---", flush=True)
-        result = train_one(config, run_dir, seed, task, cfg, warm, data)
+        result = train_one(config, run_dir, seed, task, cfg, warm, data, j.preemption)
         if "interrupted_at_step" in result:
             return result
         per_seed.append(result)

@@ -12,7 +12,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Literal
 
+import jax
 import jax.numpy as jnp
+
+from bert_jax.model.execution import resolve_dtype
 
 # name: (num_layers, hidden_size, num_heads). intermediate = 4 * hidden (the paper's choice).
 SIZES: dict[str, tuple[int, int, int]] = {
@@ -72,12 +75,14 @@ class BertConfig:
     # Whether the encoder has the tanh(dense([CLS])) pooler (sentence-transformers checkpoints
     # such as all-MiniLM-L6-v2 ship none).
     use_pooler: bool = True
-    dtype: str = "float32"  # compute dtype: "bfloat16" on accelerators
+    # Compute dtype; "auto": bfloat16 on GPU/TPU, float32 on CPU (bert_jax/model/execution.py).
+    dtype: str = "float32"
     param_dtype: str = "float32"
     # Execution: jax.lax.scan over the stacked layers (fast compile) and rematerialisation.
     scan_layers: bool = True
     remat_policy: str = "none"  # none | full | dots_saveable | ... (jax.checkpoint_policies names)
-    # "auto": fused jax.nn.dot_product_attention unless probabilities or attention dropout are needed.
+    # "auto": fused jax.nn.dot_product_attention unless probabilities or attention dropout are needed,
+    # cuDNN flash attention on an NVIDIA GPU where it applies, else XLA (bert_jax/model/execution.py).
     attention_impl: Literal["auto", "xla", "cudnn", "explicit"] = "auto"
 
     def __post_init__(self):
@@ -101,7 +106,7 @@ class BertConfig:
                 f"invalid BertConfig field(s) {bad}: {[getattr(self, k) for k in bad]} "
                 "(hidden_size must be divisible by num_heads; probabilities in [0, 1))"
             )
-        jnp.dtype(self.dtype), jnp.dtype(self.param_dtype)  # raise early on an unknown dtype
+        jnp.dtype(resolve_dtype(self.dtype, "cpu")), jnp.dtype(self.param_dtype)  # raise early on an unknown dtype
 
     @property
     def head_dim(self) -> int:
@@ -119,7 +124,8 @@ class BertConfig:
 
     @property
     def compute_dtype(self) -> Any:
-        return jnp.dtype(self.dtype)
+        """``dtype`` with "auto" resolved for the platform JAX runs on."""
+        return jnp.dtype(resolve_dtype(self.dtype, jax.default_backend()))
 
     @classmethod
     def from_size(cls, size: str, **overrides: Any) -> BertConfig:

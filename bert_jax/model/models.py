@@ -54,7 +54,9 @@ class BertForPreTraining(nnx.Module):
 
 
 class BertClassifier(nnx.Module):
-    """Sequence classification on the pooled output (GLUE); num_labels = 1 is regression (STS-B)."""
+    """Sequence classification on the pooled output (GLUE); num_labels = 1 is regression (STS-B).
+    Here and in the tagger and span models ``token_index`` [shards, tokens] runs the encoder's blocks
+    on the real tokens only (`token_layout.Unpadded`; the outputs are the padded ones)."""
 
     def __init__(self, cfg: BertConfig, num_labels: int, *, rngs: nnx.Rngs):
         if not cfg.use_pooler:
@@ -62,8 +64,9 @@ class BertClassifier(nnx.Module):
         self.bert = BertEncoder(cfg, rngs=rngs)
         self.classifier = ClassificationHead(cfg, num_labels, rngs=rngs)
 
-    def __call__(self, input_ids, input_mask, segment_ids, *, deterministic=True, rngs=None):
-        enc = self.bert(input_ids, input_mask, segment_ids, deterministic=deterministic, rngs=rngs)
+    def __call__(self, input_ids, input_mask, segment_ids, *, token_index=None, deterministic=True, rngs=None):
+        enc = self.bert(input_ids, input_mask, segment_ids, deterministic=deterministic, rngs=rngs,
+                        token_index=token_index)
         return self.classifier(enc.pooled_output, deterministic=deterministic, rngs=rngs)  # [B, labels]
 
 
@@ -74,8 +77,9 @@ class BertTagger(nnx.Module):
         self.bert = BertEncoder(cfg, rngs=rngs)
         self.classifier = ClassificationHead(cfg, num_labels, rngs=rngs)
 
-    def __call__(self, input_ids, input_mask, segment_ids, *, deterministic=True, rngs=None):
-        enc = self.bert(input_ids, input_mask, segment_ids, deterministic=deterministic, rngs=rngs)
+    def __call__(self, input_ids, input_mask, segment_ids, *, token_index=None, deterministic=True, rngs=None):
+        enc = self.bert(input_ids, input_mask, segment_ids, deterministic=deterministic, rngs=rngs,
+                        token_index=token_index)
         return self.classifier(enc.sequence_output, deterministic=deterministic, rngs=rngs)  # [B, L, labels]
 
 
@@ -86,8 +90,9 @@ class BertForQuestionAnswering(nnx.Module):
         self.bert = BertEncoder(cfg, rngs=rngs)
         self.qa_outputs = SpanHead(cfg, rngs=rngs)
 
-    def __call__(self, input_ids, input_mask, segment_ids, *, deterministic=True, rngs=None):
-        enc = self.bert(input_ids, input_mask, segment_ids, deterministic=deterministic, rngs=rngs)
+    def __call__(self, input_ids, input_mask, segment_ids, *, token_index=None, deterministic=True, rngs=None):
+        enc = self.bert(input_ids, input_mask, segment_ids, deterministic=deterministic, rngs=rngs,
+                        token_index=token_index)
         return self.qa_outputs(enc.sequence_output, input_mask)  # ([B, L], [B, L])
 
 

@@ -1,0 +1,53 @@
+"""What "auto" means per platform: the compute dtype and the attention implementation.
+
+Pure functions of the platform (``jax.default_backend()``: "cpu", "gpu"/"cuda", "rocm", "tpu") and
+what the attention sees, so the choice is tested for every platform on a CPU:
+
+    resolve_dtype("auto", "gpu")  # "bfloat16"; "float32" on CPU
+    resolve_attention("auto", "gpu", "padding", dtype="bfloat16", head_dim=64)  # "cudnn"
+
+cuDNN's flash attention (``jax.nn.dot_product_attention(implementation="cudnn")``) runs on NVIDIA
+GPUs in bfloat16/float16 with a head width that is a multiple of 8 (at most 128; 256 on Hopper),
+and takes a padding mask as per-row key lengths (rows padded at the end, as every pipeline here
+builds them). Packed rows (a block-diagonal mask) and float32 stay on XLA, as does everything on
+CPU and TPU, so the CPU default computes exactly what it always did.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+MaskKind = Literal["padding", "packed"]
+ATTENTION_IMPLS = ("auto", "xla", "cudnn", "explicit")
+CUDNN_DTYPES = ("bfloat16", "float16")
+
+
+def platform_kind(platform: str) -> str:
+    """"cuda"/"gpu" → "gpu" (NVIDIA), "rocm" stays "rocm"; the rest as given, lower case."""
+    p = platform.lower()
+    return "gpu" if p in ("cuda", "gpu") else p
+
+
+def resolve_dtype(name: str, platform: str) -> str:
+    """``"auto"`` → bfloat16 on GPU/TPU, float32 elsewhere (CPU); any other name unchanged."""
+    if name != "auto":
+        return name
+    return "bfloat16" if platform_kind(platform) in ("gpu", "rocm", "tpu") else "float32"
+
+
+def mask_kind(mask_shape: tuple[int, ...]) -> MaskKind:
+    """A [batch, 1, 1, length] key mask is padding; a [batch, 1, length, length] one is packed rows."""
+    return "padding" if mask_shape[-2] == 1 else "packed"
+
+
+def resolve_attention(impl: str, platform: str, kind: MaskKind, *, dtype: str = "bfloat16",
+                      head_dim: int = 64) -> Literal["xla", "cudnn", "explicit"]:
+    """``"auto"`` → "cudnn" on an NVIDIA GPU when the mask is padding and the dtype and head width are
+    ones its flash attention takes, else "xla"; an explicit choice is returned unchanged."""
+    if impl not in ATTENTION_IMPLS:
+        raise ValueError(f"attention_impl {impl!r}: expected one of {ATTENTION_IMPLS}")
+    if impl != "auto":
+        return impl  # type: ignore[return-value]
+    cudnn_ok = (platform_kind(platform) == "gpu" and kind == "padding" and dtype in CUDNN_DTYPES
+                and head_dim % 8 == 0 and head_dim <= 128)
+    return "cudnn" if cudnn_ok else "xla"
