@@ -40,10 +40,14 @@ def _record_files(spec: str) -> list[str] | None:
     spec = resolve(spec)
     if tf.io.gfile.isdir(spec) and tf.io.gfile.exists(spec.rstrip("/") + "/summary.json"):
         spec = spec.rstrip("/") + "/*.tfrecord*"
+    elif tf.io.gfile.isdir(spec) and tf.io.gfile.glob(spec.rstrip("/") + "/pretrain-*.tfrecord*"):
+        raise ValueError(f"data.input {spec}: create_pretraining_data's output without summary.json, so its "
+                         "run did not finish (killed?); run it again (it starts over)")
     parts = [p for p in spec.split(",") if p]
     if not parts or not all(p.endswith(RECORD_SUFFIXES) or p.endswith(RECORD_SUFFIXES[0] + "*") for p in parts):
         return None
-    files = sorted(f for p in parts for f in tf.io.gfile.glob(p))
+    # Never a shard still being written (create_pretraining_data's "<shard>.tmp-XXXXXXXX").
+    files = sorted(f for p in parts for f in tf.io.gfile.glob(p) if ".tmp-" not in f.rsplit("/", 1)[-1])
     if not files:
         raise FileNotFoundError(f"data.input {spec!r} matches no TFRecord files")
     return files

@@ -90,12 +90,12 @@ def job(config, workdir) -> Iterator[Job]:
     from input_pipeline import hide_accelerators_from_tf
 
     initialize(config)  # before anything starts JAX's backend
-    hide_accelerators_from_tf()
     preemption = Preemption()
     try:
         workdir = as_path(workdir)
         is_main = jax.process_index() == 0
-        with WorkdirLock(workdir) if is_main else contextlib.nullcontext():
+        with WorkdirLock(workdir) if is_main else contextlib.nullcontext():  # before TF's import (seconds)
+            hide_accelerators_from_tf()
             if is_main:
                 (workdir / "config.json").write_text(config.to_json_best_effort(indent=2) + "\n")
             yield Job(workdir, is_main, preemption)
