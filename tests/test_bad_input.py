@@ -32,7 +32,8 @@ MODULES = {"create_pretraining_data": "input_pipeline.create_pretraining_data",
            "benchmark": "bert_jax.benchmark.command", "visualize": "bert_jax.visualize.command",
            "serve": "bert_jax.serve.__main__", "squad_metrics": "input_pipeline.tasks.squad_metrics",
            "benchmark.pipeline": "bert_jax.benchmark.pipeline", "benchmark.aot": "bert_jax.benchmark.aot",
-           "demo": "bert_jax.demo.pipeline", "benchmark.finetune": "bert_jax.benchmark.finetune"}
+           "demo": "bert_jax.demo.pipeline", "benchmark.finetune": "bert_jax.benchmark.finetune",
+           "benchmark.aot_estimate": "bert_jax.benchmark.aot_estimate"}
 # Cases that build a model or read text through tf.data before they fail (1-15 s each here).
 SLOW = {"pretraining data: empty input", "pretraining data: binary input",
         "pretraining data: invalid UTF-8 (--on_error=raise)", "features: checkpoint of another size",
@@ -107,8 +108,14 @@ def test_bad_input(case, files, tmp_path, capsys, monkeypatch):
 
 
 def test_the_table():
-    """Every tool has cases; ids are unique; ~30+ cases as issue 19 asks."""
+    """Every entry point (tests/test_cli.py finds them all) has cases; ids are unique; ~30+ cases as
+    issue 19 asks."""
+    from tests.test_cli import CLIS
+
     assert {c[1] for c in CASES} == {"train.py", *MODULES}
+    run_as = {"benchmark": "bert_jax.benchmark", "visualize": "bert_jax.visualize", "serve": "bert_jax.serve",
+              "demo": "bert_jax.demo"}  # python -m <package> runs these tools' main
+    assert {"train.py", *(run_as.get(t, m) for t, m in MODULES.items())} == set(CLIS)
     assert len({c[0] for c in CASES}) == len(CASES) >= 30
     assert SLOW <= {c[0] for c in CASES}
 
