@@ -26,8 +26,6 @@ from bert_jax.training.workdir_lock import WorkdirLock
 
 log = logging.getLogger(__name__)
 
-SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
 
 class Preemption:
     """SIGTERM (the preemption notice) and SIGINT (Ctrl-C) as a request to stop after the step in
