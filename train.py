@@ -101,6 +101,10 @@ def main(argv, fv: flags.FlagValues = FLAGS):
 
     # Before JAX starts its backend: config.reuse_host_memory (bert_jax/training/host_memory.py).
     host_memory.reuse_freed_memory(fv.config.get("reuse_host_memory", "default"))
+    from bert_jax.training.job import Preemption
+
+    # From here to the end SIGTERM/SIGINT stop the job after a committed checkpoint (docs/robustness.md).
+    preemption = Preemption(sigterm=not fv.config.get("multihost", False))
     logging.set_verbosity(logging.INFO)
     # Orbax logs ~50 INFO lines per checkpoint save; keep its warnings, drop the chatter.
     logging.get_absl_handler().addFilter(
@@ -108,9 +112,11 @@ def main(argv, fv: flags.FlagValues = FLAGS):
     from bert_jax.training.loop import TrainingDivergedError
 
     try:
-        launch.run(fv.config, fv.workdir)
+        launch.run(fv.config, fv.workdir, preemption)
     except TrainingDivergedError as e:
         cli.fail(e, status=1)
+    finally:
+        preemption.close()
     # Everything is saved and closed. Python's last garbage collection at exit walks the job's
     # objects (the in-memory corpus, TensorFlow's): 40 s on the tiny runlocal job, a preemption's
     # grace period. Frozen objects are left to the OS (docs/robustness.md).

@@ -24,9 +24,10 @@ from input_pipeline import cli
 CONFIG_JSON = "config.json"
 
 
-def run(config, workdir: str | Path) -> dict:
+def run(config, workdir: str | Path, preemption=None) -> dict:
     """Runs the job ``config`` describes in ``workdir``; returns its last metrics (pre-training) or
-    its results (fine-tuning)."""
+    its results (fine-tuning). ``preemption``: a `bert_jax.training.job.Preemption` installed by
+    the caller (``train.py``: from its start), else the job installs its own."""
     check_config(config)
     if "://" not in str(workdir) and Path(workdir).exists() and not Path(workdir).is_dir():
         raise NotADirectoryError(errno.ENOTDIR, "is a file, expected a directory (the workdir)", str(workdir))
@@ -34,9 +35,9 @@ def run(config, workdir: str | Path) -> dict:
     try:
         if "task" in config:
             from bert_jax.finetuning import trainer as finetuning
-            return finetuning.run(config, workdir)
+            return finetuning.run(config, workdir, preemption)
         from bert_jax.training import trainer as pretraining
-        return pretraining.run(config, workdir)
+        return pretraining.run(config, workdir, preemption)
     except Exception as e:
         from bert_jax.training.workdir_lock import WorkdirBusyError
 

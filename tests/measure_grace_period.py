@@ -24,9 +24,10 @@ from pathlib import Path
 ROOT = Path(__file__).parents[1]
 
 
-def trial(size: str, batch: int, at: int, workdir: str) -> dict:
+def trial(size: str, batch: int, at: int, workdir: str, vocab: int) -> dict:
     cmd = [sys.executable, "train.py", "--config", f"configs/pretrain.py:size={size},runlocal,synthetic",
            "--workdir", workdir, f"--config.model.size={size}", f"--config.batch_size={batch}",
+           f"--config.model.vocab_size={vocab}",
            "--config.log_every=1", "--config.eval_every=0", "--config.checkpoint_every=1000",
            "--config.num_train_steps=1000"]
     env = {**os.environ, "XLA_FLAGS": "", "CUDA_VISIBLE_DEVICES": ""}
@@ -48,7 +49,7 @@ def trial(size: str, batch: int, at: int, workdir: str) -> dict:
             saved = time.time()
     proc.wait(timeout=600)
     done = time.time()
-    return {"size": size, "batch": batch, "step_s": round(min(step_s), 2) if step_s else None,
+    return {"size": size, "batch": batch, "vocab": vocab, "step_s": round(min(step_s), 2) if step_s else None,
             "to_committed_s": round(saved - sent, 1) if saved else None, "to_exit_s": round(done - sent, 1),
             "rc": proc.returncode}
 
@@ -59,11 +60,12 @@ def main():
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--at", type=int, default=3)
     p.add_argument("--trials", type=int, default=3)
+    p.add_argument("--vocab", type=int, default=30522)
     a = p.parse_args()
     rows = []
     for _ in range(a.trials):
         with tempfile.TemporaryDirectory() as workdir:
-            rows.append(trial(a.size, a.batch, a.at, workdir))
+            rows.append(trial(a.size, a.batch, a.at, workdir, a.vocab))
         print(json.dumps(rows[-1]), flush=True)
     print(json.dumps({"max_to_committed_s": max(r["to_committed_s"] or 0 for r in rows),
                       "max_to_exit_s": max(r["to_exit_s"] for r in rows)}))

@@ -125,7 +125,7 @@ def test_divergence_is_one_line_with_status_1(files, tmp_path, capsys, monkeypat
     from bert_jax import launch
     from bert_jax.training.loop import TrainingDivergedError
 
-    def diverge(config, workdir):
+    def diverge(config, workdir, preemption=None):
         raise TrainingDivergedError("loss is nan at step 6; stopping. The last good checkpoint is step 3 in w")
 
     monkeypatch.setattr(launch, "run", diverge)

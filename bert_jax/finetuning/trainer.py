@@ -206,9 +206,9 @@ def _summary(per_seed: list[dict]) -> dict:
     return out
 
 
-def run(config, workdir: str | Path) -> dict:
+def run(config, workdir: str | Path, preemption=None) -> dict:
     """Fine-tunes per ``config`` (one run per seed); returns and writes ``results.json``."""
-    with job(config, workdir) as j:
+    with job(config, workdir, preemption) as j:
         return _run(config, j)
 
 

@@ -95,6 +95,11 @@ class Checkpointer:
         return CheckpointSaveError(f"{self.directory}: saving a checkpoint failed ({reason[:300]}); the committed "
                                    f"checkpoints are intact: steps {self.committed_steps()}")
 
+    def warm_up(self, state: Any) -> None:
+        """Compiles the fingerprint for ``state``'s structure now, not inside the first save (which
+        may be a preemption's, against its grace period)."""
+        fingerprint(state)
+
     def restore_step(self, choice: str | int = "latest") -> int | None:
         """The step ``config.restore`` names: "latest", "previous" (the one before the newest) or a
         step number; None when the directory holds no checkpoint."""

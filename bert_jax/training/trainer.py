@@ -257,9 +257,9 @@ def _eval_input(config, block: tuple[int, int]):
     return None
 
 
-def run(config, workdir: str | Path) -> dict:
+def run(config, workdir: str | Path, preemption=None) -> dict:
     """Pre-trains per ``config`` in ``workdir``; returns the last logged train/eval metrics."""
-    with job(config, workdir) as j:
+    with job(config, workdir, preemption) as j:
         return _run(config, j)
 
 
