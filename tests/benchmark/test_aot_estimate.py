@@ -3,6 +3,7 @@ cost dicts everywhere; the compile needs libtpu and is skipped without it."""
 
 import importlib.util
 
+import jax
 import pytest
 
 from bert_jax.benchmark import aot, aot_estimate
@@ -15,6 +16,13 @@ def test_layers_extrapolate_linearly():
     one, two = {"flops": 10.0, "bytes accessed": 100.0}, {"flops": 13.0, "bytes accessed": 107.0}
     assert aot_estimate.extrapolate(one, two, 1) == one
     assert aot_estimate.extrapolate(one, two, 24) == {"flops": 10.0 + 23 * 3, "bytes accessed": 100.0 + 23 * 7}
+
+
+def test_the_compilers_seconds_extrapolate_only_when_both_are_positive():
+    one, two = {"optimal_seconds": 1.0}, {"optimal_seconds": 1.5}
+    assert aot_estimate.optimal_seconds(one, two, 24) == pytest.approx(12.5)
+    assert aot_estimate.optimal_seconds(one, {"optimal_seconds": -2.0}, 24) is None
+    assert aot_estimate.optimal_seconds({}, two, 24) is None
 
 
 def test_accumulation_repeats_the_micro_step_but_not_the_update():
@@ -33,8 +41,10 @@ def test_roofline_takes_the_slower_of_compute_and_memory_per_device():
     assert memory["step_s"] == pytest.approx(2.0) and memory["bound"] == "memory"
     # A v3 device is one of the chip's two TensorCores: half the chip's peak and bandwidth.
     assert aot_estimate.roofline({"flops": 123e12 / 2, "bytes accessed": 0.0}, v3)["step_s"] == pytest.approx(1.0)
-    # The compiler's own figure wins when it gives one; a negative one (libtpu 0.0.42.1) does not.
-    assert aot_estimate.roofline(cost, v5e, 0.5)["step_s"] == 0.5
+    # The compiler's own figure wins when it gives one; a negative one (libtpu 0.0.42.1) does not, nor
+    # one faster than the FLOPs at peak.
+    assert aot_estimate.roofline(cost, v5e, 1.5)["step_s"] == 1.5
+    assert aot_estimate.roofline(cost, v5e, 0.5)["step_s"] == pytest.approx(1.0)
     assert aot_estimate.roofline({"flops": 197e12, "bytes accessed": 0.0}, v5e, -3.0)["step_s"] == pytest.approx(1.0)
 
 
@@ -94,7 +104,7 @@ def test_estimate_compiles_one_and_two_layers_at_the_micro_batch(monkeypatch):
     calls = _fake_compiles(monkeypatch)
     config = aot.load_config("configs/pretrain.py:size=large", ["--config.batch_size=64",
                                                                 "--config.optimizer.accumulation_steps=4"])
-    r = aot_estimate.estimate(config, [None] * 4, aot.CHIPS["v5e"], steps=100)
+    r = aot_estimate.estimate(config, jax.devices()[:4], aot.CHIPS["v5e"], steps=100)
     assert calls == [(None, True, 64), (1, False, 16), (2, False, 16)]
     e = r["estimate"]
     # 24 layers at 16 rows: (5 + 3 * 24) * 16 + 7 FLOPs; 4 micro-batches without the update, then one update.
@@ -105,7 +115,7 @@ def test_estimate_compiles_one_and_two_layers_at_the_micro_batch(monkeypatch):
 def test_a_step_that_does_not_fit_gets_no_estimate(monkeypatch):
     calls = _fake_compiles(monkeypatch, fits=False)
     config = aot.load_config("configs/pretrain.py:size=large", [])
-    r = aot_estimate.estimate(config, [None] * 4, aot.CHIPS["v5e"])
+    r = aot_estimate.estimate(config, jax.devices()[:4], aot.CHIPS["v5e"])
     assert r["estimate"] is None and len(calls) == 1 and "no time estimate" in aot_estimate.summary(
         dict(r, compiler_error="RESOURCE_EXHAUSTED", chip="TPU v5e", chips=4, mesh={}, model={"size": "large",
              "dtype": "float32", "remat": "none"}))
