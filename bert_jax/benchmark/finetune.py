@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -220,7 +221,11 @@ def main(argv=None) -> dict:
     pool = {k: v[pick] for k, v in train.items()}
     batches = {m: runner.batches(m, pool, a.train_steps, a.train_steps) for m in a.modes}
     epoch = len(train["input_ids"]) // a.batch_size
-    epoch_fraction = {m: slots(runner.batches(m, train, epoch, a.length_groups)) for m in a.modes}
+    epoch_batches = {m: runner.batches(m, train, epoch, a.length_groups) for m in a.modes}
+    epoch_fraction = {m: slots(b) for m, b in epoch_batches.items()}
+    # How many step programs an epoch compiles: one per distinct set of shapes.
+    epoch_shapes = {m: len({tuple(sorted((k, v.shape) for k, v in x.items())) for x in b})
+                    for m, b in epoch_batches.items()}
     compile_s = {}
     for m in a.modes:  # the untimed first round: every shape compiles
         compile_s[m] = round(runner.train_pass(batches[m]) + runner.eval_pass(m), 2)
@@ -239,20 +244,23 @@ def main(argv=None) -> dict:
               "length_multiple": a.length_multiple, "unpad_multiple": a.unpad_multiple,
               "length_groups": a.length_groups, "train_steps": a.train_steps, "eval_rows": rows, "rounds": a.rounds,
               "mean_real_tokens": round(float(lengths.real_lengths(train).mean()), 1),
-              "device": f"{len(jax.devices())} x {jax.devices()[0].device_kind}", "modes": {}}
+              "device": f"{len(jax.devices())} x {jax.devices()[0].device_kind}",
+              "load_average": [round(x, 2) for x in os.getloadavg()], "modes": {}}
+    speed = {m: (a.batch_size * a.train_steps / float(np.median(times[m]["train"])),
+                 rows / float(np.median(times[m]["eval"]))) for m in a.modes}  # examples/s, unrounded
     for m in a.modes:
-        train_eps = a.batch_size * a.train_steps / float(np.median(times[m]["train"]))
-        eval_eps = rows / float(np.median(times[m]["eval"]))
-        result["modes"][m] = {"train_examples_per_s": round(train_eps, 2), "eval_examples_per_s": round(eval_eps, 2),
+        train_eps, eval_eps = speed[m]
+        result["modes"][m] = {"train_examples_per_s": float(f"{train_eps:.4g}"),
+                              "eval_examples_per_s": float(f"{eval_eps:.4g}"),
                               "train_real_fraction": round(slots(batches[m]), 3),
-                              "epoch_real_fraction": round(epoch_fraction[m], 3), "first_round_s": compile_s[m],
+                              "epoch_real_fraction": round(epoch_fraction[m], 3), "epoch_shapes": epoch_shapes[m],
+                              "first_round_s": compile_s[m],
                               "train_s": [round(t, 3) for t in times[m]["train"]],
                               "eval_s": [round(t, 3) for t in times[m]["eval"]]}
-    base = result["modes"].get("padded")
-    for r in result["modes"].values():
-        if base:
-            r["train_ratio"] = round(r["train_examples_per_s"] / base["train_examples_per_s"], 3)
-            r["eval_ratio"] = round(r["eval_examples_per_s"] / base["eval_examples_per_s"], 3)
+    if "padded" in speed:
+        for m, r in result["modes"].items():
+            r["train_ratio"] = round(speed[m][0] / speed["padded"][0], 3)
+            r["eval_ratio"] = round(speed[m][1] / speed["padded"][1], 3)
     if a.output:
         with Path(a.output).open("a") as f:
             f.write(json.dumps(result) + "\n")
@@ -261,16 +269,16 @@ def main(argv=None) -> dict:
 
 
 def table(r: dict) -> str:
-    lines = [f"{r['size']} {r['kind']} on {r['device']}: {r['source']}",
+    lines = [f"{r['size']} {r['kind']} on {r['device']} (load {r['load_average'][0]}): {r['source']}",
              f"  batch {r['batch_size']} (eval {r['eval_batch_size']}), max_seq_length {r['max_seq_length']}, "
              f"length_multiple {r['length_multiple']}, mean {r['mean_real_tokens']} real tokens; "
              f"{r['train_steps']} steps and {r['eval_rows']} eval rows per turn, {r['rounds']} rounds",
              f"  {'mode':<18}{'train ex/s':>12}{'ratio':>8}{'eval ex/s':>12}{'ratio':>8}{'real/slots':>12}"
-             f"{'epoch real/slots':>18}"]
+             f"{'epoch real/slots':>18}{'epoch shapes':>14}"]
     for m, x in r["modes"].items():
-        lines.append(f"  {m:<18}{x['train_examples_per_s']:>12.1f}{x.get('train_ratio', 1):>8.2f}"
-                     f"{x['eval_examples_per_s']:>12.1f}{x.get('eval_ratio', 1):>8.2f}"
-                     f"{x['train_real_fraction']:>12.2f}{x['epoch_real_fraction']:>18.2f}")
+        lines.append(f"  {m:<18}{x['train_examples_per_s']:>12.4g}{x.get('train_ratio', 1):>8.2f}"
+                     f"{x['eval_examples_per_s']:>12.4g}{x.get('eval_ratio', 1):>8.2f}"
+                     f"{x['train_real_fraction']:>12.2f}{x['epoch_real_fraction']:>18.2f}{x['epoch_shapes']:>14}")
     return "\n".join(lines)
 
 
