@@ -5,7 +5,9 @@ docs/family.md), ``size`` (bert/roberta: tiny | mini | small | medium | base | l
 large | xlarge | xxlarge; electra: small | base | large), ``masking`` (static |
 dynamic), ``objective`` (nsp | sop | none), ``phase`` (1: length 128 for 90% of the steps;
 2: length 512 for the last 10%, continuing phase 1's state and learning-rate schedule),
-``runlocal`` (tiny data, few steps, CPU), ``synthetic`` (random batches: smoke tests, benchmarks).
+``runlocal`` (tiny data, few steps, CPU), ``synthetic`` (random batches: smoke tests, benchmarks),
+``recipe`` (lamb: the large-batch LAMB recipe of You et al. 2019 for model=bert, phases 1 and 2, see
+`lamb`), ``per_device`` (rows per device and micro-batch; the recipe accumulates the rest).
 
 Local smoke run on the gensim Wikipedia excerpt (CPU, a few minutes):
 
@@ -24,6 +26,15 @@ The family on the same Wikipedia excerpt (CPU, a few minutes each; ``size`` is i
     python train.py --config configs/pretrain.py:model=roberta,runlocal --workdir /tmp/roberta_tiny
     python train.py --config configs/pretrain.py:model=albert,runlocal --workdir /tmp/albert_tiny
     python train.py --config configs/pretrain.py:model=electra,size=small,runlocal --workdir /tmp/electra_tiny
+
+BERT-large in 8,599 LAMB steps (batch 64k at length 128, then 32k at 512; the pod commands in docs/tpu.md):
+
+    python train.py --config configs/pretrain.py:size=large,recipe=lamb,phase=1 --workdir gs://BUCKET/lamb_p1 ...
+    python train.py --config configs/pretrain.py:size=large,recipe=lamb,phase=2 --workdir gs://BUCKET/lamb_p2 \
+        --config.init_checkpoint=gs://BUCKET/lamb_p1 ...
+    # a few CPU steps of the same recipe on the tiny model:
+    python train.py --config configs/pretrain.py:size=tiny,recipe=lamb,phase=1,runlocal,synthetic \
+        --workdir /tmp/lamb_p1 --config.num_train_steps=4
 """
 
 import ml_collections
@@ -36,18 +47,32 @@ from bert_jax.training.sharding import DEFAULT_RULES
 PAPER_STEPS = 1_000_000
 PHASE1_STEPS = 900_000  # 90% at length 128, then 10% at 512 on the same schedule
 MODELS = ("bert", "roberta", "albert", "electra")
+# The LAMB recipe (You et al., 2019, §4: BERT-large, 8,599 steps in all) with NVIDIA's published
+# settings for it (DeepLearningExamples, PyTorch BERT: phase 1 lr 6e-3 with 28.43% warmup of 7,038
+# steps, phase 2 lr 4e-3 with 12.8% of 1,563). per_device: the paper's rows per TPU v3 core (batch /
+# 2,048 cores, no accumulation on its v3-1024 pod); other slices accumulate the rest.
+LAMB_PHASES = {
+    1: dict(batch=65_536, steps=7_038, lr=6e-3, warmup=0.2843, per_device=32),
+    2: dict(batch=32_768, steps=1_563, lr=4e-3, warmup=0.128, per_device=16),
+}
 FAMILY_SIZE_NAMES = {"albert": ("base", "large", "xlarge", "xxlarge"), "electra": ("small", "base", "large")}
 
 
 def get_config(arg=None):
     args = parse_arg(arg, model="bert", size="", masking="", objective="", phase=1, runlocal=False,
-                     synthetic=False)
+                     synthetic=False, recipe="", per_device=0)
     if args.model not in MODELS:
         raise ValueError(f"model={args.model!r}: expected one of {MODELS}")
     if args.phase not in (1, 2):
         raise ValueError(f"phase={args.phase}: expected 1 (length 128) or 2 (length 512)")
     if args.model != "bert" and args.phase != 1:
         raise ValueError(f"phase applies to model=bert; the {args.model} recipe has one phase")
+    if args.recipe not in ("", "lamb"):
+        raise ValueError(f"recipe={args.recipe!r}: expected lamb (or leave it out for the paper's Adam)")
+    if args.recipe and args.model != "bert":
+        raise ValueError(f"recipe=lamb applies to model=bert; the {args.model} recipe has its own optimizer")
+    if args.per_device < 0:
+        raise ValueError(f"per_device={args.per_device}: expected rows per device > 0 (0: no accumulation)")
     args.size = args.size or {"albert": "base", "electra": "small"}.get(args.model, "base")
     args.masking = args.masking or ("static" if args.model == "bert" else "dynamic")
     args.objective = args.objective or {"roberta": "none", "albert": "sop", "electra": "rtd"}.get(args.model, "nsp")
@@ -111,14 +136,21 @@ def get_config(arg=None):
         shuffle_buffer=10_000, seed=0))
 
     c.batch_size = 256  # global, across all devices and hosts
+    # > 0: rows per batch shard (data x fsdp devices) in one micro-batch; the step then accumulates
+    # batch_size / (per_device_batch x shards) micro-batches (bert_jax/training/trainer.py). 0: none
+    # (optimizer.accumulation_steps as given).
+    c.per_device_batch = args.per_device
     c.num_train_steps = PAPER_STEPS if long else PHASE1_STEPS
-    c.init_checkpoint = ""  # phase 2: phase 1's workdir (state, optimizer and step carry over)
+    c.init_checkpoint = ""  # phase 2: phase 1's workdir
+    # What init_checkpoint carries over: "state" (parameters, optimizer state and step: the paper's
+    # phase 2 continues phase 1's schedule) or "params" (parameters only: a fresh optimizer at step 0).
+    c.init_mode = "state"
     # The paper's optimizer: Adam without bias correction as in the released code (see
     # bert_jax/training/optim.py), lr 1e-4, 10k warmup, linear decay to 0 at step 1M over both phases.
     c.optimizer = ml_collections.ConfigDict(dict(
         optimizer="adamw_bert", learning_rate=1e-4, warmup_steps=10_000, num_train_steps=PAPER_STEPS,
         weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-6, clip_norm=1.0, bias_correction=False,
-        schedule="bert", accumulation_steps=1))
+        schedule="bert", decay_power=1.0, accumulation_steps=1))
 
     c.mesh_shape = (-1, 1, 1)  # (data, fsdp, tensor); e.g. (-1, 8, 1) for FSDP on a pod slice
     c.sharding_rules = DEFAULT_RULES  # logical axis -> mesh axes (bert_jax/training/sharding.py)
@@ -127,6 +159,10 @@ def get_config(arg=None):
     c.eval_steps = 50
     c.checkpoint_every = 5_000
     c.keep_checkpoints = 3
+    # Which checkpoint of the workdir a re-run resumes from: "latest", "previous" (the one before the
+    # newest, e.g. when the newest will not restore; newer ones are moved to checkpoints_set_aside/)
+    # or a step number. docs/robustness.md.
+    c.restore = "latest"
 
     if args.runlocal:
         c.model.size = "tiny"
@@ -138,11 +174,54 @@ def get_config(arg=None):
         c.log_every, c.eval_every, c.eval_steps, c.checkpoint_every = 20, 100, 5, 100
     if args.model != "bert":
         RECIPES[args.model](c, args)
+    if args.recipe == "lamb":
+        lamb(c, args)
     if args.synthetic:
         c.data.kind = "synthetic"
         if args.runlocal:
             c.model.vocab_size = 1000
     return c
+
+
+def lamb(c, args):
+    """Large-batch pre-training with LAMB (You et al., 2019, §4 and Table 1: BERT-large on a TPU v3
+    pod in 76 minutes, SQuAD 1.1 F1 90.58): phase 1 batch 65,536 at length 128 for 7,038 steps,
+    phase 2 batch 32,768 at length 512 for 1,563 steps (`LAMB_PHASES`).
+
+    Settings as NVIDIA's DeepLearningExamples publish and run them (PyTorch BERT:
+    ``scripts/run_pretraining.sh`` and ``run_pretraining.py``): FusedLAMB with b1 0.9, b2 0.999,
+    eps 1e-6, bias correction, weight decay 0.01 (not on LayerNorm or biases), global-norm clip 1.0;
+    lr 6e-3 / 4e-3 warmed up over 28.43% / 12.8% of each phase's steps, then
+    ``PolyWarmUpScheduler``'s decay ``(1 - t / N) ** 0.5`` from step 0 (``degree=0.5`` in their
+    ``schedulers.py``: `decay_power` 0.5 here; the paper's Adam keeps 1, linear). The trust ratio is
+    one per layer and matrix (bert_jax/training/trust_ratio.py).
+
+    Phase 2 is its own run on phase 1's parameters: step 0, its own warmup from 0 and schedule,
+    ``init_mode="params"``: the optimizer moments start fresh. NVIDIA's script instead loads phase
+    1's optimizer state and resets only its step, lr, warmup and total (so the moments of length
+    128 carry over, and bias correction restarts on them). Fresh moments are what the phase-2 warmup
+    from 0 is there to rebuild, at length 512 where the gradients differ from phase 1's, and they
+    keep phase 2 independent of the optimizer phase 1 ran (a checkpoint of the paper's Adam recipe
+    starts phase 2 as well); with bias correction, the first steps are not biased toward 0.
+
+    Gradient accumulation follows from the slice: ``per_device_batch`` rows per device (default
+    the paper's per-core rows on its v3 pod: no accumulation there; 16 micro-batches of 32 on a
+    v4-128 in phase 1), ``batch_size / (per_device_batch x batch shards)`` micro-batches per step;
+    a batch that does not divide is an error naming the numbers. ``runlocal``: the tiny model on
+    the Wikipedia excerpt, batch 128 as 4 micro-batches of 32 on one CPU, 40 steps."""
+    p = LAMB_PHASES[args.phase]
+    c.batch_size, c.num_train_steps = p["batch"], p["steps"]
+    c.per_device_batch = args.per_device or p["per_device"]
+    c.init_mode = "params" if args.phase == 2 else "state"
+    c.optimizer.update(optimizer="lamb", learning_rate=p["lr"], weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-6,
+                       clip_norm=1.0, bias_correction=True, schedule="bert", decay_power=0.5)
+    if args.runlocal:
+        c.batch_size, c.num_train_steps = 128, 40
+        c.per_device_batch = args.per_device or 32
+    # Warmup and decay follow num_train_steps (--config.num_train_steps=N keeps the phase's shape).
+    steps = c.get_ref("num_train_steps")
+    c.optimizer.num_train_steps = steps
+    c.optimizer.warmup_steps = (steps * p["warmup"] + 0.5).to_int()
 
 
 def roberta(c, args):

@@ -55,6 +55,7 @@ def base_config(task: dict, *, size: str, max_seq_length: int, batch_size: int, 
     c.log_every = 50
     c.checkpoint_every = 1000
     c.keep_checkpoints = 1
+    c.restore = "latest"  # or "previous" or a step number: the checkpoint a re-run resumes from (docs/robustness.md)
     c.progress = True
     c.mesh_shape = (-1, 1, 1)
     c.sharding_rules = DEFAULT_RULES

@@ -37,11 +37,12 @@ from bert_jax.finetuning import steps as fs
 from bert_jax.model.config import BertConfig
 from bert_jax.training import sharding as sh
 from bert_jax.training.checkpoints import Checkpointer
-from bert_jax.training.loop import start_job, train_loop
+from bert_jax.training.job import Preemption, job
+from bert_jax.training.loop import train_loop
 from bert_jax.training.metric_writer import MetricWriter
 from bert_jax.training.optim import make_optimizer
 from bert_jax.training.progress import Progress
-from bert_jax.training.state import StateLayout, state_layout
+from bert_jax.training.state import StateLayout, model_stacked_axes, state_layout
 
 log = logging.getLogger(__name__)
 
@@ -73,10 +74,10 @@ def train_batch(features: dict, step: int, batch_size: int, seed: int, length_mu
     return batch
 
 
-def _optimizer(config, steps: int):
+def _optimizer(config, steps: int, stacked: dict):
     opt = config.optimizer.to_dict()
     warmup = int(round(opt.pop("warmup_fraction") * steps))
-    return make_optimizer({**opt, "warmup_steps": warmup, "num_train_steps": steps})
+    return make_optimizer({**opt, "warmup_steps": warmup, "num_train_steps": steps}, stacked=stacked)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,9 +95,10 @@ class FinetuningSteps:
 def build_steps(config, cfg: BertConfig, kind: str, num_labels: int, total: int, mesh: Mesh) -> FinetuningSteps:
     """The optimizer for ``total`` steps, the task model's state layout under ``config.sharding_rules``
     and the jitted steps (what `train_one` runs, and what ahead-of-time compilation compiles)."""
-    tx, schedule = _optimizer(config, total)
+    make_model = functools.partial(fs.make_model, cfg, kind, num_labels)
+    tx, schedule = _optimizer(config, total, model_stacked_axes(make_model))
     rules = tuple(tuple(r) for r in config.sharding_rules)
-    layout = state_layout(functools.partial(fs.make_model, cfg, kind, num_labels), tx, mesh, rules)
+    layout = state_layout(make_model, tx, mesh, rules)
     batch_sh = sh.batch_sharding(mesh, rules)
     train_fn = jax.jit(functools.partial(fs.train_step, graphdef=layout.graphdef, tx=tx, schedule=schedule, kind=kind),
                        in_shardings=(layout.shardings, batch_sh, None), out_shardings=(layout.shardings, None),
@@ -106,11 +108,13 @@ def build_steps(config, cfg: BertConfig, kind: str, num_labels: int, total: int,
     return FinetuningSteps(layout, train_fn, eval_fn, mesh, rules, batch_sh)
 
 
-def _initial_state(layout, ckpt: Checkpointer, workdir: Path, seed: int, warm):
-    """The run's newest checkpoint (exact resume), else a new state whose encoder comes from the
-    warm start (heads fresh), else a new state from scratch."""
-    if ckpt.latest_step() is not None:
-        state, _ = ckpt.restore(layout.target())
+def _initial_state(layout, ckpt: Checkpointer, workdir: Path, seed: int, warm, restore: str = "latest"):
+    """The run's checkpoint that ``restore`` names (default the newest; exact resume), else a new
+    state whose encoder comes from the warm start (heads fresh), else a new state from scratch."""
+    step = ckpt.restore_step(restore)
+    if step is not None:
+        state, _ = ckpt.restore(layout.target(), step)
+        ckpt.set_aside_after(step)
         log.info("resumed %s at step %d", workdir, int(state.step))
         return state
     if warm is None:
@@ -120,7 +124,8 @@ def _initial_state(layout, ckpt: Checkpointer, workdir: Path, seed: int, warm):
     return layout.from_params(nnx.state(model, nnx.Param).to_pure_dict())
 
 
-def train_one(config, workdir: Path, seed: int, task, cfg: BertConfig, warm, data: dict) -> dict:
+def train_one(config, workdir: Path, seed: int, task, cfg: BertConfig, warm, data: dict,
+              preemption: Preemption) -> dict:
     """One fine-tuning run (one seed) in ``workdir``; returns {split: metrics}."""
     train = data["train"]["features"]
     bs, mult = config.batch_size, config.length_multiple
@@ -134,7 +139,7 @@ def train_one(config, workdir: Path, seed: int, task, cfg: BertConfig, warm, dat
     ckpt = Checkpointer(workdir, keep=config.keep_checkpoints)
     writer = MetricWriter(workdir, enabled=is_main)
     try:
-        state = _initial_state(layout, ckpt, workdir, seed, warm)
+        state = _initial_state(layout, ckpt, workdir, seed, warm, config.get("restore", "latest"))
         start = int(state.step)
         unpad = functools.partial(lengths.unpadded, multiple=config.get("unpad_multiple", 0),
                                   shards=sh.batch_shards(mesh, rules))  # blocks on the real tokens only
@@ -152,8 +157,13 @@ def train_one(config, workdir: Path, seed: int, task, cfg: BertConfig, warm, dat
             progress=Progress(start, total, bs, enabled=is_main and config.progress),
             log_every=config.log_every, checkpoint_every=config.checkpoint_every,
             meta=lambda step: {"step": step, "seed": seed, "model": dataclasses.asdict(cfg)},
-            after_step=after_step, name=task.name)
-        if result.interrupted:
+            after_step=after_step, name=task.name, preemption=preemption)
+        if not result.interrupted and preemption.arrived():  # after the last step: the re-run evaluates
+            ckpt.wait()
+            ckpt.check_committed(result.step)
+            log.warning("%s: %s received: saved a checkpoint at step %d; exiting (a re-run evaluates it)",
+                        task.name, preemption.signal_name, result.step)
+        if preemption.arrived():
             return {"interrupted_at_step": result.step}
         return fe.evaluate_splits(task, result.state.params, data, eval_fn, config, mesh, rules, writer,
                                   result.step, workdir / "predictions" if is_main else None)
@@ -196,14 +206,19 @@ def _summary(per_seed: list[dict]) -> dict:
     return out
 
 
-def run(config, workdir: str | Path) -> dict:
+def run(config, workdir: str | Path, preemption=None) -> dict:
     """Fine-tunes per ``config`` (one run per seed); returns and writes ``results.json``."""
+    with job(config, workdir, preemption) as j:
+        return _run(config, j)
+
+
+def _run(config, j) -> dict:
     from bert_jax.finetuning.warm_start import open_init_checkpoint
     from input_pipeline.package_data import resolve
     from input_pipeline.tasks import make_task
     from input_pipeline.tokenizer_factory import load_tokenizer
 
-    workdir, is_main = start_job(config, workdir)
+    workdir, is_main = j.workdir, j.is_main
     task = make_task(config.task)
     warm = open_init_checkpoint(config.init_checkpoint) if config.init_checkpoint else None
     vocab = config.vocab or (warm.vocab_file if warm is not None else None)
@@ -211,6 +226,9 @@ def run(config, workdir: str | Path) -> dict:
         raise ValueError("no vocabulary: set --config.vocab=PATH (or an init_checkpoint that has one)")
     tokenizer = load_tokenizer(resolve(vocab))
     cfg = model_config(config, warm, tokenizer.vocab_size, task.kind)
+    if config.max_seq_length > cfg.max_length:
+        raise ValueError(f"--config.max_seq_length={config.max_seq_length}: expected at most {cfg.max_length} "
+                         f"(max_position_embeddings of {config.init_checkpoint or 'the model'})")
     data = load_data(config, task, tokenizer)
     seeds = [config.seed + i for i in range(config.seeds)]
     per_seed = []
@@ -218,7 +236,7 @@ def run(config, workdir: str | Path) -> dict:
         run_dir = workdir / f"seed_{seed}" if len(seeds) > 1 else workdir
         if len(seeds) > 1 and is_main:
             print(f"--- {task.name}: seed {seed} ({len(per_seed) + 1}/{len(seeds)}) ---", flush=True)
-        result = train_one(config, run_dir, seed, task, cfg, warm, data)
+        result = train_one(config, run_dir, seed, task, cfg, warm, data, j.preemption)
         if "interrupted_at_step" in result:
             return result
         per_seed.append(result)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import jax
 from flax import nnx
 
 # Parameter axes.
@@ -35,3 +36,22 @@ def metadata(*names: str | None) -> dict[str, Any]:
 def init(initializer: Callable[..., Any], *names: str | None) -> Callable[..., Any]:
     """An initializer whose parameters carry these logical axis names."""
     return nnx.with_partitioning(initializer, tuple(names), eager_sharding=False)
+
+
+def stacked_axes(params: nnx.State) -> dict:
+    """Which axis of each parameter is the ``layers`` axis: a pure dict like
+    ``params.to_pure_dict()`` with an int (the position of `LAYERS` in the leaf's logical names)
+    or None (not stacked) per leaf. ``params``: ``nnx.state(model, nnx.Param)``, abstract or real.
+    Read from the names, never guessed from shapes; a parameter without names is an error."""
+    from jax.sharding import PartitionSpec
+
+    specs = nnx.get_partition_spec(params).to_pure_dict()
+
+    def axis(path, spec):
+        if not isinstance(spec, PartitionSpec):
+            raise ValueError(f"parameter {'/'.join(str(getattr(k, 'key', k)) for k in path)} carries no "
+                             "logical axis names (axes.init / axes.metadata)")
+        names = tuple(spec)
+        return names.index(LAYERS) if LAYERS in names else None
+
+    return jax.tree_util.tree_map_with_path(axis, specs, is_leaf=lambda x: isinstance(x, PartitionSpec))

@@ -2,9 +2,16 @@
 
 Each step directory holds two items: ``state`` (the `TrainState`: step, parameters, optimizer
 state; restored straight into its shardings) and ``meta`` (JSON: the dropout RNG seed, the input
-pipeline's position, the model config). Saves are asynchronous and atomic (Orbax writes to a
-temporary directory and renames), so a killed run never leaves a half checkpoint that a resume
-would pick up; the newest K are kept.
+pipeline's position, the model config, and the state's `fingerprint`). Saves are asynchronous and
+atomic (Orbax writes to a temporary directory and renames), so a killed run never leaves a half
+checkpoint that a resume would pick up; the newest K are kept.
+
+Tensorstore keeps no checksum of array data: a flipped byte in a checkpoint file restores as a
+wrong value without an error (docs/robustness.md). The fingerprint (two wrap-around uint32 sums of
+each array's bits, one position-weighted; integer sums, so any sharding gives the same numbers) is
+computed on the devices at save and compared after restore. A checkpoint that cannot be restored
+raises `CheckpointRestoreError`, one line naming its step and how to fall back to the one before it
+(``config.restore``: "latest" | "previous" | a step).
 """
 
 from __future__ import annotations
@@ -15,12 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
 from flax import nnx
 
 from bert_jax.model.weights import load_params
+from input_pipeline.cli import UserError
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +38,33 @@ def as_path(path: str | os.PathLike) -> epath.Path:
     """A workdir as an ``epath.Path``: local paths made absolute, ``gs://`` (any URL) kept as is."""
     text = os.fspath(path)
     return epath.Path(text if "://" in text else os.path.abspath(text))
+
+
+class CheckpointRestoreError(ValueError):
+    """A checkpoint that cannot be restored (unreadable, incomplete, another model, or its arrays
+    differ from what was saved)."""
+
+
+def _leaf_fingerprint(x: jax.Array) -> jax.Array:
+    """[2] uint32: the sum of the array's bit patterns and their position-weighted sum (mod 2**32)."""
+    x = x.astype(jnp.uint8) if x.dtype == jnp.bool_ else x
+    bits = jax.lax.bitcast_convert_type(x, jnp.dtype(f"uint{x.dtype.itemsize * 8}")).astype(jnp.uint32).reshape(-1)
+    weights = jnp.arange(bits.size, dtype=jnp.uint32) * jnp.uint32(2654435761) + jnp.uint32(1)  # [size]
+    return jnp.stack([jnp.sum(bits, dtype=jnp.uint32), jnp.sum(bits * weights, dtype=jnp.uint32)])
+
+
+_fingerprints = jax.jit(lambda tree: jax.tree.map(_leaf_fingerprint, tree))
+
+
+def fingerprint(state: Any) -> dict[str, str]:
+    """``{"params/bert/...": "<16 hex digits>"}`` for every array of ``state`` (see the module docstring)."""
+    sums = jax.device_get(_fingerprints(state))
+    return {jax.tree_util.keystr(path, simple=True, separator="/"): f"{int(v[0]):08x}{int(v[1]):08x}"
+            for path, v in jax.tree_util.tree_leaves_with_path(sums)}
+
+
+class CheckpointSaveError(UserError):
+    """A checkpoint could not be written (disk full, file size limit, permissions)."""
 
 
 class Checkpointer:
@@ -47,13 +83,61 @@ class Checkpointer:
         return self.manager.latest_step()
 
     def save(self, step: int, state: Any, meta: dict) -> None:
-        self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                                        meta=ocp.args.JsonSave(meta)), force=True)
+        meta = {**meta, "fingerprint": fingerprint(state)}
+        try:
+            self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                                            meta=ocp.args.JsonSave(meta)), force=True)
+        except Exception as e:  # this save, or the asynchronous one before it, failed (disk full...)
+            raise self._save_failed(e) from e
 
-    def restore(self, target: Any, step: int | None = None) -> tuple[Any, dict]:
+    def _save_failed(self, e: BaseException) -> CheckpointSaveError:
+        reason = " ".join(f"{type(e).__name__}: {e}".split())
+        return CheckpointSaveError(f"{self.directory}: saving a checkpoint failed ({reason[:300]}); the committed "
+                                   f"checkpoints are intact: steps {self.committed_steps()}")
+
+    def warm_up(self, state: Any) -> None:
+        """Compiles the fingerprint for ``state``'s structure now, not inside the first save (which
+        may be a preemption's, against its grace period)."""
+        fingerprint(state)
+
+    def restore_step(self, choice: str | int = "latest") -> int | None:
+        """The step ``config.restore`` names: "latest", "previous" (the one before the newest) or a
+        step number; None when the directory holds no checkpoint."""
+        steps = sorted(self.manager.all_steps())
+        text = str(choice).strip().lower()
+        if not steps:
+            return None
+        if text == "latest":
+            return steps[-1]
+        if text == "previous" and len(steps) > 1:
+            return steps[-2]
+        if text.isdigit() and int(text) in steps:
+            return int(text)
+        raise ValueError(f"--config.restore={choice}: expected 'latest', 'previous' (needs two checkpoints) "
+                         f"or a step number; {self.directory} holds steps {steps}")
+
+    def set_aside_after(self, step: int) -> None:
+        """Moves the checkpoints newer than ``step`` (a run resumed from an earlier one) to
+        ``<workdir>/checkpoints_set_aside/``, so that new saves and the next resume do not meet them."""
+        newer = [s for s in self.manager.all_steps() if s > step]
+        if newer and jax.process_index() == 0:
+            aside = self.directory.parent / "checkpoints_set_aside"
+            aside.mkdir(parents=True, exist_ok=True)
+            for s in newer:
+                (self.directory / str(s)).rename(aside / f"{s}.{os.getpid()}")
+            log.warning("resuming from step %d: moved checkpoints %s to %s", step, newer, aside)
+        if newer:
+            if jax.process_count() > 1:
+                from jax.experimental import multihost_utils
+
+                multihost_utils.sync_global_devices("checkpoints set aside")
+            self.manager.reload()
+
+    def restore(self, target: Any, step: int | None = None, *, hint: bool = True) -> tuple[Any, dict]:
         """Restores into ``target``: a pytree of ``jax.ShapeDtypeStruct`` with shardings (see
-        `bert_jax.training.state.StateLayout.target`), so every array lands in its shards. A shape
-        mismatch names the leaf."""
+        `bert_jax.training.state.StateLayout.target`), so every array lands in its shards, and
+        checks the fingerprint. Any failure raises `CheckpointRestoreError` naming the step (a shape
+        mismatch names the leaf); ``hint`` adds how to fall back to the checkpoint before it."""
         step = self.latest_step() if step is None else step
         if step is None:
             raise FileNotFoundError(f"{self.directory}: no checkpoint to restore")
@@ -61,8 +145,46 @@ class Checkpointer:
             out = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target),
                                                                      meta=ocp.args.JsonRestore()))
         except (ValueError, KeyError) as e:
-            raise ValueError(f"{self.directory}/{step}: does not fit this model/optimizer: {e}") from e
+            raise CheckpointRestoreError(self._cannot(step, f"does not fit this model/optimizer: {e}", hint)) from e
+        except Exception as e:  # unreadable: truncated or missing files, bad JSON, tensorstore errors
+            raise CheckpointRestoreError(self._cannot(step, f"{type(e).__name__}: {e}", hint)) from e
+        saved = (out.meta or {}).get("fingerprint")
+        if saved is not None:
+            differ = [k for k, v in fingerprint(out.state).items() if saved.get(k) != v]
+            if differ:
+                raise CheckpointRestoreError(self._cannot(
+                    step, f"{len(differ)} arrays differ from what was saved (fingerprint), first {differ[0]}", hint))
         return out.state, dict(out.meta)
+
+    def restore_params(self, target: Any, step: int | None = None) -> Any:
+        """The ``params`` of a saved `TrainState` alone, into ``target`` (ShapeDtypeStructs with
+        shardings, `StateLayout.target().params`): the optimizer state and step on disk are not read
+        (phase 2 of the LAMB recipe starts from phase 1's parameters with a fresh optimizer)."""
+        step = self.latest_step() if step is None else step
+        if step is None:
+            raise FileNotFoundError(f"{self.directory}: no checkpoint to restore")
+        item = {"params": target}
+        args = ocp.args.PyTreeRestore(item, restore_args=ocp.checkpoint_utils.construct_restore_args(item),
+                                      partial_restore=True)
+        try:
+            out = self.manager.restore(step, args=ocp.args.Composite(state=args))
+        except (ValueError, KeyError) as e:
+            raise CheckpointRestoreError(self._cannot(step, f"its parameters do not fit this model: {e}", False)) from e
+        except Exception as e:  # unreadable: truncated or missing files, tensorstore errors
+            raise CheckpointRestoreError(self._cannot(step, f"{type(e).__name__}: {e}", False)) from e
+        return out.state["params"]
+
+    def _cannot(self, step: int, reason: str, hint: bool) -> str:
+        reason = " ".join(reason.split())
+        reason = reason if len(reason) < 300 else reason[:300] + "..."
+        text = f"{self.directory}/{step}: cannot restore the checkpoint of step {step}: {reason}"
+        if not hint:
+            return text
+        earlier = [s for s in self.manager.all_steps() if s < step]
+        if earlier:
+            return (text + f". --config.restore=previous resumes from step {max(earlier)} "
+                    "(later checkpoints are moved to checkpoints_set_aside/)")
+        return text + f". No earlier checkpoint: move {self.directory} away to start from scratch"
 
     def read_meta(self, step: int | None = None) -> dict:
         """The ``meta`` item alone (data position, model config) of a step (default: the latest)."""
@@ -73,11 +195,32 @@ class Checkpointer:
         return dict(out.meta)
 
     def wait(self) -> None:
-        self.manager.wait_until_finished()
+        try:
+            self.manager.wait_until_finished()
+        except Exception as e:
+            raise self._save_failed(e) from e
+
+    def committed_steps(self) -> list[int]:
+        """The steps whose checkpoint is finalized in the directory (read from it, not from Orbax's
+        cache): renamed from Orbax's temporary name (local) or holding ``commit_success.txt`` (buckets),
+        with both items present."""
+        if not self.directory.is_dir():
+            return []
+        return sorted(int(p.name) for p in self.directory.iterdir()
+                      if p.name.isdigit() and ocp.step.is_path_finalized(p)
+                      and (p / "state").is_dir() and (p / "meta").is_dir())
+
+    def check_committed(self, step: int) -> None:
+        """Raises unless the checkpoint of ``step`` is committed (`committed_steps`)."""
+        if step not in self.committed_steps():
+            raise RuntimeError(f"{self.directory}/{step}: the checkpoint of step {step} is not on disk after "
+                               f"its save finished (committed: {self.committed_steps()})")
 
     def close(self) -> None:
-        self.manager.wait_until_finished()
-        self.manager.close()
+        try:
+            self.wait()
+        finally:
+            self.manager.close()
 
 
 def read_tree(item: str | Path) -> dict[str, np.ndarray]:

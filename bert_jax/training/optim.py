@@ -16,7 +16,7 @@ Per update (``g`` the gradient, ``p`` the parameter, ``t`` the optimizer step fr
     u  = m / (sqrt(v) + eps)                      adamw_bert, bias_correction=False (Google's)
     u  = m_hat / (sqrt(v_hat) + eps), m_hat = m / (1 - b1^(t+1)), v_hat = v / (1 - b2^(t+1))
     u <- u + weight_decay * p                     only where decay_mask(p) (kernels, embeddings)
-    u <- u * ||p|| / ||u||                        LAMB only, per leaf, same mask (see make_optimizer)
+    u <- u * ||p|| / ||u||                        LAMB only, per layer and matrix, same mask (see make_optimizer)
     p <- p - lr(t) * u
 
 Weight decay is decoupled from the gradient (it never enters m or v) but scaled by lr(t), exactly
@@ -33,6 +33,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import optax
+
+from bert_jax.training.trust_ratio import path_names, scale_by_layerwise_trust_ratio
 
 OPTIMIZERS = ("adamw_bert", "adamw", "lamb")
 SCHEDULES = ("bert", "linear")
@@ -66,6 +68,8 @@ class OptimizerConfig:
     clip_norm: float | None = 1.0  # None or 0 turns clipping off
     bias_correction: bool = False
     schedule: str = "bert"
+    # The decay's power: 1 is linear (the paper's); 0.5 NVIDIA's LAMB recipe (bert_schedule).
+    decay_power: float = 1.0
 
     def __post_init__(self):
         def bad(field, expected):
@@ -79,6 +83,9 @@ class OptimizerConfig:
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 bad(f, "a finite number >= 0")
+        p = self.decay_power
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not math.isfinite(p) or p <= 0:
+            bad("decay_power", "a finite number > 0")
         for f in ("b1", "b2"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
@@ -126,12 +133,17 @@ class OptimizerConfig:
 # Learning-rate schedules: step -> lr, step = optimizer steps already taken (0 for the first update).
 
 
-def bert_schedule(learning_rate: float, warmup_steps: int, num_train_steps: int) -> optax.Schedule:
+def bert_schedule(learning_rate: float, warmup_steps: int, num_train_steps: int, power: float = 1.0
+                  ) -> optax.Schedule:
     """Google's ``create_optimizer``: ``polynomial_decay(power=1)`` from step 0 with warmup
     overriding it while ``step < warmup_steps``:
 
         lr(t) = init_lr * t / warmup_steps                     t < warmup_steps
-        lr(t) = init_lr * (1 - min(t, num_train_steps) / num_train_steps)   otherwise
+        lr(t) = init_lr * (1 - min(t, num_train_steps) / num_train_steps) ** power   otherwise
+
+    ``power`` 1 is Google's; 0.5 is NVIDIA's LAMB recipe (``PolyWarmUpScheduler(degree=0.5)`` in
+    DeepLearningExamples' PyTorch BERT ``schedulers.py``: warmup over a fraction of the steps, then
+    ``(1 - t / N) ** 0.5`` from step 0, the same shape as this one).
 
     The decay runs from step 0, not from the end of warmup, so lr jumps down from ~init_lr to
     init_lr * (1 - warmup/N) at the end of warmup (0.99 x for the paper's 10k/1M; more for short
@@ -140,7 +152,8 @@ def bert_schedule(learning_rate: float, warmup_steps: int, num_train_steps: int)
 
     def schedule(step):
         t = jnp.asarray(step, jnp.float32)
-        decay = init * jnp.maximum(n - t, 0.0) / n  # exactly 0 from t = n on
+        left = jnp.maximum(n - t, 0.0)  # exactly 0 from t = n on
+        decay = init * left / n if power == 1 else init * (left / n) ** power
         if w == 0:
             return decay
         return jnp.where(t < w, init * t / w, decay)
@@ -148,19 +161,22 @@ def bert_schedule(learning_rate: float, warmup_steps: int, num_train_steps: int)
     return schedule
 
 
-def linear_schedule(learning_rate: float, warmup_steps: int, num_train_steps: int) -> optax.Schedule:
+def linear_schedule(learning_rate: float, warmup_steps: int, num_train_steps: int, power: float = 1.0
+                    ) -> optax.Schedule:
     """Warmup then linear decay from the end of warmup (Hugging Face's
     ``get_linear_schedule_with_warmup``, optax ``join_schedules`` of two ``linear_schedule``s):
 
         lr(t) = init_lr * t / warmup_steps                                          t < warmup
         lr(t) = init_lr * max(0, (N - t) / (N - warmup_steps))                      otherwise
 
-    Unlike ``"bert"`` it is continuous: it peaks at exactly init_lr at t = warmup_steps."""
+    Unlike ``"bert"`` it is continuous: it peaks at exactly init_lr at t = warmup_steps. ``power``
+    raises the decaying factor to it (Hugging Face's ``get_polynomial_decay_schedule_with_warmup``)."""
     init, w, n = float(learning_rate), int(warmup_steps), int(num_train_steps)
 
     def schedule(step):
         t = jnp.asarray(step, jnp.float32)
-        decay = init * jnp.maximum(n - t, 0.0) / max(n - w, 1)
+        left = jnp.maximum(n - t, 0.0)
+        decay = init * left / max(n - w, 1) if power == 1 else init * (left / max(n - w, 1)) ** power
         if w == 0:
             return decay
         return jnp.where(t < w, init * t / w, decay)
@@ -170,31 +186,11 @@ def linear_schedule(learning_rate: float, warmup_steps: int, num_train_steps: in
 
 def make_schedule(cfg: OptimizerConfig) -> optax.Schedule:
     fn = bert_schedule if cfg.schedule == "bert" else linear_schedule
-    return fn(cfg.learning_rate, cfg.warmup_steps, cfg.num_train_steps)
+    return fn(cfg.learning_rate, cfg.warmup_steps, cfg.num_train_steps, cfg.decay_power)
 
 
 # ---------------------------------------------------------------------------------------------
-# Weight-decay mask from parameter paths.
-
-
-def path_names(path) -> tuple[str, ...]:
-    """A ``jax.tree_util`` key path as names; the trailing ``.value`` of an ``nnx.Variable`` (an
-    ``nnx.State`` leaf) is dropped, so a State and its ``to_pure_dict()`` give the same names."""
-    names = []
-    for k in path:
-        if isinstance(k, jax.tree_util.DictKey):
-            names.append(str(k.key))
-        elif isinstance(k, jax.tree_util.GetAttrKey):
-            names.append(k.name)
-        elif isinstance(k, jax.tree_util.SequenceKey):
-            names.append(str(k.idx))
-        elif isinstance(k, jax.tree_util.FlattenedIndexKey):
-            names.append(str(k.key))
-        else:
-            names.append(str(k))
-    if path and isinstance(path[-1], jax.tree_util.GetAttrKey) and path[-1].name == "value":
-        names.pop()
-    return tuple(names)
+# Weight-decay mask from parameter paths (`path_names`: bert_jax/training/trust_ratio.py, shared with LAMB).
 
 
 def decays(names: tuple[str, ...]) -> bool:
@@ -244,7 +240,7 @@ def scale_by_adam_no_bias_correction(b1: float = 0.9, b2: float = 0.999, eps: fl
     return optax.GradientTransformation(init_fn, update_fn)
 
 
-def make_optimizer(cfg: Any, *, ignore_unknown: bool = False
+def make_optimizer(cfg: Any, *, ignore_unknown: bool = False, stacked: Any = None
                    ) -> tuple[optax.GradientTransformation, optax.Schedule]:
     """``(tx, schedule_fn)`` from an ``OptimizerConfig``, ``ConfigDict``, mapping or dataclass.
 
@@ -253,10 +249,14 @@ def make_optimizer(cfg: Any, *, ignore_unknown: bool = False
     - ``"adamw"``: clip -> ``optax.adamw`` (always bias-corrected) with the same mask.
     - ``"lamb"`` (You et al. 2019): clip -> Adam (``bias_correction`` as configured; a per-step
       scalar, it nearly cancels in the trust ratio) -> masked decay -> trust ratio -> -lr(t).
-      The trust ratio ``||p|| / ||u||`` (per leaf; 1 where either norm is 0) is applied only where
-      weight decay is, as the reference LAMB implementations do (ALBERT's ``lamb_optimizer.py`` and
-      tf-addons: ``exclude_from_layer_adaptation`` defaults to ``exclude_from_weight_decay``);
-      LayerNorm and bias vectors take plain Adam steps. ``optax.lamb`` alone applies it to all.
+      The trust ratio ``||p|| / ||u||`` (1 where either norm is 0) is taken per layer and matrix:
+      over every axis but the layers axis of a stacked leaf, per array otherwise
+      (`bert_jax.training.trust_ratio`). ``stacked`` says which axis that is for each leaf (a pytree
+      of ``Optional[int]`` like the params, from `bert_jax.model.axes.stacked_axes`); LAMB needs it.
+      The ratio is applied only where weight decay is, as the reference LAMB implementations do
+      (ALBERT's ``lamb_optimizer.py`` and tf-addons: ``exclude_from_layer_adaptation`` defaults to
+      ``exclude_from_weight_decay``); LayerNorm and bias vectors take plain Adam steps (``optax.lamb``
+      alone applies it to all).
 
     ``schedule_fn(step)`` is the lr at optimizer step ``step``.
     """
@@ -274,6 +274,9 @@ def make_optimizer(cfg: Any, *, ignore_unknown: bool = False
         if cfg.weight_decay:
             parts.append(optax.add_decayed_weights(cfg.weight_decay, mask=decay_mask))
         if cfg.optimizer == "lamb":
-            parts.append(optax.masked(optax.scale_by_trust_ratio(), decay_mask))
+            if stacked is None:
+                raise ValueError("optimizer 'lamb' needs stacked= (the layers axis of each parameter, "
+                                 "bert_jax.model.axes.stacked_axes): one trust ratio per layer")
+            parts.append(optax.masked(scale_by_layerwise_trust_ratio(stacked), decay_mask))
         parts.append(optax.scale_by_learning_rate(lr))
     return optax.chain(*parts), lr

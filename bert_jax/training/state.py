@@ -22,6 +22,7 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from bert_jax.model.axes import stacked_axes
 from bert_jax.training import sharding as sh
 
 
@@ -65,6 +66,12 @@ class StateLayout:
     def from_params(self, params: dict) -> TrainState:
         """A new state over given parameters (e.g. a warm-started model's), placed in its shards."""
         return jax.jit(functools.partial(new_state, tx=self.tx), out_shardings=self.shardings)(params)
+
+
+def model_stacked_axes(make_model: Callable[[int], nnx.Module]) -> dict:
+    """The layers axis of each of ``make_model``'s parameters (`bert_jax.model.axes.stacked_axes`;
+    what LAMB's per-layer trust ratio needs), read abstractly: nothing is allocated."""
+    return stacked_axes(nnx.state(nnx.eval_shape(lambda: make_model(0)), nnx.Param))
 
 
 def state_layout(make_model: Callable[[int], nnx.Module], tx: optax.GradientTransformation, mesh: Mesh,

@@ -24,12 +24,13 @@ from jax.sharding import Mesh, NamedSharding
 from bert_jax.model.config import BertConfig
 from bert_jax.training import sharding as sh
 from bert_jax.training import train_step as ts
-from bert_jax.training.checkpoints import Checkpointer
-from bert_jax.training.loop import start_job, train_loop
+from bert_jax.training.checkpoints import Checkpointer, as_path
+from bert_jax.training.job import job
+from bert_jax.training.loop import train_loop
 from bert_jax.training.metric_writer import MetricWriter
 from bert_jax.training.optim import make_optimizer
 from bert_jax.training.progress import Progress
-from bert_jax.training.state import StateLayout, state_layout
+from bert_jax.training.state import StateLayout, model_stacked_axes, state_layout
 
 log = logging.getLogger(__name__)
 
@@ -85,14 +86,15 @@ def make_input(config, split: str, block: tuple[int, int] = (0, 1)):
     raise ValueError(f"config.data.kind={config.data.kind!r}: expected 'pretraining' or 'synthetic'")
 
 
-def unpadded(place, config, mesh, rules):
+def unpadded(place, config, mesh, rules, accumulation: int = 1):
     """``place`` that first adds ``token_index`` when ``config.unpad_multiple`` > 0."""
     multiple = config.get("unpad_multiple", 0)
     if multiple and jax.process_count() > 1:
         raise ValueError("config.unpad_multiple needs a single process: every process would have to agree on "
                          "each batch's number of real tokens while seeing only its own rows (docs/tpu.md)")
-    if multiple and config.optimizer.accumulation_steps > 1:
-        raise ValueError("config.unpad_multiple does not go with optimizer.accumulation_steps > 1")
+    if multiple and max(accumulation, config.optimizer.accumulation_steps) > 1:
+        raise ValueError("config.unpad_multiple does not go with gradient accumulation (optimizer.accumulation_steps "
+                         "or per_device_batch)")
     from input_pipeline.unpadding import adding_token_index
 
     return adding_token_index(place, sh.batch_shards(mesh, rules), multiple) if multiple else place
@@ -131,6 +133,27 @@ class PretrainingSteps:
     rules: tuple
     batch_sharding: NamedSharding
     schedule: Callable  # optimizer step -> learning rate
+    accumulation_steps: int  # micro-batches per optimizer step (`accumulation_steps`)
+
+
+def accumulation_steps(config, mesh: Mesh, rules) -> int:
+    """Micro-batches per optimizer step: ``config.per_device_batch`` > 0 chooses them from the
+    global batch, the rows each batch shard (data x fsdp devices) can hold and the mesh:
+    ``batch_size / (per_device_batch * batch shards)``, so one recipe runs on any slice; otherwise
+    ``config.optimizer.accumulation_steps`` as given."""
+    given = config.optimizer.get("accumulation_steps", 1)
+    per_device = config.get("per_device_batch", 0)
+    if not per_device:
+        return given
+    if given != 1:
+        raise ValueError(f"per_device_batch={per_device} chooses the accumulation: leave optimizer.accumulation_steps "
+                         f"at 1 (got {given})")
+    shards = sh.batch_shards(mesh, rules)
+    if config.batch_size % (per_device * shards):
+        raise ValueError(f"batch_size {config.batch_size} is not a multiple of per_device_batch {per_device} x "
+                         f"{shards} batch shards (mesh {dict(mesh.shape)}): choose per_device_batch dividing "
+                         f"{config.batch_size // shards if config.batch_size % shards == 0 else 'batch_size / shards'}")
+    return config.batch_size // (per_device * shards)
 
 
 def build_steps(config, model_cfg: BertConfig, mesh: Mesh) -> PretrainingSteps:
@@ -138,20 +161,22 @@ def build_steps(config, model_cfg: BertConfig, mesh: Mesh) -> PretrainingSteps:
     the jitted steps. Gradient accumulation is a ``lax.scan`` inside the step (one call = one
     optimizer step over ``optimizer.accumulation_steps`` micro-batches)."""
     optimizer = config.optimizer.to_dict()
-    accumulation_steps = optimizer.pop("accumulation_steps", 1)
-    if config.batch_size % accumulation_steps:
-        raise ValueError(f"batch_size {config.batch_size} is not divisible by accumulation_steps {accumulation_steps}")
-    tx, schedule = make_optimizer(optimizer)
+    optimizer.pop("accumulation_steps", None)
     rules = tuple(tuple(r) for r in config.sharding_rules)
-    layout = state_layout(ts.pretraining_model(model_cfg, config.objective, electra_settings(config)), tx, mesh, rules)
+    accumulation = accumulation_steps(config, mesh, rules)
+    if config.batch_size % accumulation:
+        raise ValueError(f"batch_size {config.batch_size} is not divisible by accumulation_steps {accumulation}")
+    make_model = ts.pretraining_model(model_cfg, config.objective, electra_settings(config))
+    tx, schedule = make_optimizer(optimizer, stacked=model_stacked_axes(make_model))
+    layout = state_layout(make_model, tx, mesh, rules)
     batch_sh = sh.batch_sharding(mesh, rules)
     train_fn = jax.jit(
         functools.partial(ts.train_step, graphdef=layout.graphdef, tx=tx, schedule=schedule,
-                          accumulation_steps=accumulation_steps),
+                          accumulation_steps=accumulation),
         in_shardings=(layout.shardings, batch_sh, None), out_shardings=(layout.shardings, None), donate_argnums=0)
     eval_fn = jax.jit(functools.partial(ts.eval_step, graphdef=layout.graphdef),
                       in_shardings=(layout.shardings, batch_sh), out_shardings=None)
-    return PretrainingSteps(layout, train_fn, eval_fn, mesh, rules, batch_sh, schedule)
+    return PretrainingSteps(layout, train_fn, eval_fn, mesh, rules, batch_sh, schedule, accumulation)
 
 
 def gather_data_states(state: dict, block: int = 0) -> list[dict]:
@@ -170,19 +195,31 @@ def gather_data_states(state: dict, block: int = 0) -> list[dict]:
     return [s for _, s in sorted(rows, key=lambda row: row[0])]
 
 
-def evaluate(eval_fn, state, data, num_batches: int, mesh, rules) -> dict:
+def evaluate(eval_fn, state, data, num_batches: int, mesh, rules,
+             interrupted: Callable[[], bool] = lambda: False) -> dict | None:
+    """Held-out metrics over ``num_batches`` batches; None if ``interrupted()`` turns true on the way."""
     totals = None
     for _ in range(num_batches):
+        if interrupted():
+            return None
         sums = eval_fn(state, sh.global_batch(next(data), mesh, rules))
         totals = sums if totals is None else jax.tree.map(lambda a, b: a + b, totals, sums)
     return {k: float(v) for k, v in ts.summarize(jax.device_get(totals)).items()}
 
 
+# What init_checkpoint carries over: "state" (parameters, optimizer state and step: the paper's phase 2
+# continues phase 1's schedule) or "params" (parameters only: the LAMB recipe's phase 2).
+INIT_MODES = ("state", "params")
+
+
 def _initial_state(config, steps: PretrainingSteps, ckpt: Checkpointer, data, block: tuple[int, int]):
-    """The newest checkpoint in the workdir (exact resume, input position included), else
-    ``init_checkpoint`` (phase 2 continues phase 1's state on new data), else a fresh state."""
-    if ckpt.latest_step() is not None:
-        state, meta = ckpt.restore(steps.layout.target())
+    """The workdir's checkpoint that ``config.restore`` names (default the newest; exact resume,
+    input position included), else ``init_checkpoint`` per ``init_mode`` (`INIT_MODES`), else a
+    fresh state."""
+    step = ckpt.restore_step(config.get("restore", "latest"))
+    if step is not None:
+        state, meta = ckpt.restore(steps.layout.target(), step)
+        ckpt.set_aside_after(step)
         per_process = meta.get("data_per_process") or [meta["data"]]
         if len(per_process) != block[1]:
             raise ValueError(f"{ckpt.directory}: saved by {len(per_process)} processes, resumed by "
@@ -191,12 +228,21 @@ def _initial_state(config, steps: PretrainingSteps, ckpt: Checkpointer, data, bl
         log.info("resumed from %s at step %d", ckpt.directory, int(state.step))
         return state
     if config.get("init_checkpoint"):
+        mode = config.get("init_mode", "state")
+        if mode not in INIT_MODES:
+            raise ValueError(f"config.init_mode={mode!r}: expected one of {INIT_MODES}")
+        if not (as_path(config.init_checkpoint) / "checkpoints").is_dir():  # Orbax would create it
+            raise FileNotFoundError(f"--config.init_checkpoint={config.init_checkpoint}: no checkpoints/ directory "
+                                    f"(expected the workdir of a pre-training run)")
         source = Checkpointer(config.init_checkpoint)
         try:
-            state, _ = source.restore(steps.layout.target())
+            if mode == "params":  # a new run on old weights: step 0, fresh optimizer, its own schedule
+                state = steps.layout.from_params(source.restore_params(steps.layout.target().params))
+            else:
+                state, _ = source.restore(steps.layout.target(), hint=False)
         finally:
             source.close()
-        log.info("initialised from %s at step %d", config.init_checkpoint, int(state.step))
+        log.info("initialised from %s (%s) at step %d", config.init_checkpoint, mode, int(state.step))
         return state
     return steps.layout.create(config.seed)
 
@@ -211,10 +257,18 @@ def _eval_input(config, block: tuple[int, int]):
     return None
 
 
-def run(config, workdir: str | Path) -> dict:
+def run(config, workdir: str | Path, preemption=None) -> dict:
     """Pre-trains per ``config`` in ``workdir``; returns the last logged train/eval metrics."""
-    workdir, is_main = start_job(config, workdir)
+    with job(config, workdir, preemption) as j:
+        return _run(config, j)
+
+
+def _run(config, j) -> dict:
+    workdir, is_main, preemption = j.workdir, j.is_main, j.preemption
     model_cfg = model_config(config, vocab_size_of(config))
+    if config.data.max_seq_length > model_cfg.max_length:
+        raise ValueError(f"--config.data.max_seq_length={config.data.max_seq_length}: expected at most "
+                         f"{model_cfg.max_length} (the model's max_position_embeddings)")
     steps = build_steps(config, model_cfg, sh.make_mesh(tuple(config.mesh_shape)))
     mesh, rules = steps.mesh, steps.rules
     block = sh.process_block(mesh, rules, config.batch_size)
@@ -222,7 +276,8 @@ def run(config, workdir: str | Path) -> dict:
     eval_data = _eval_input(config, block)
     ckpt = Checkpointer(workdir, keep=config.keep_checkpoints)
     writer = MetricWriter(workdir, enabled=is_main)
-    place = unpadded(functools.partial(sh.global_batch, mesh=mesh, rules=rules), config, mesh, rules)
+    place = unpadded(functools.partial(sh.global_batch, mesh=mesh, rules=rules), config, mesh, rules,
+                     steps.accumulation_steps)
     prefetch = config.get("prefetch_batches", 0)
     batches = None
     last = {}
@@ -240,7 +295,10 @@ def run(config, workdir: str | Path) -> dict:
 
         def after_step(state, step: int) -> None:
             if eval_data is not None and (step % config.eval_every == 0 or step == total):
-                last["eval"] = evaluate(steps.eval_fn, state, eval_data, config.eval_steps, mesh, rules)
+                result = evaluate(steps.eval_fn, state, eval_data, config.eval_steps, mesh, rules, preemption.arrived)
+                if result is None:  # interrupted by a signal: the loop saves this step and stops
+                    return
+                last["eval"] = result
                 writer.write(step, last["eval"], "eval")
                 if is_main:
                     print(f"eval at step {step}: " + json.dumps({k: round(v, 4) for k, v in last["eval"].items()}),
@@ -250,7 +308,8 @@ def run(config, workdir: str | Path) -> dict:
             state, steps.train_fn, batches if prefetch else map(place, data),
             jax.random.key(config.seed, impl=config.get("rng_impl", "threefry2x32")), total=total, ckpt=ckpt,
             writer=writer, progress=Progress(int(state.step), total, config.batch_size, enabled=is_main),
-            log_every=config.log_every, checkpoint_every=config.checkpoint_every, meta=meta, after_step=after_step)
+            log_every=config.log_every, checkpoint_every=config.checkpoint_every, meta=meta, after_step=after_step,
+            preemption=preemption)
         if result.train:
             last["train"] = result.train
     finally:

@@ -34,6 +34,11 @@ def small_params(seed=0):
             "output_bias": f(5)}
 
 
+def unstacked(params):
+    """The stacked-axes tree of a params tree without a layers axis (LAMB's ``stacked=``)."""
+    return jax.tree.map(lambda _: None, params)
+
+
 def grads_like(params, seed, scale=1.0):
     r = np.random.default_rng(seed)
     return jax.tree.map(lambda p: jnp.asarray(scale * r.normal(size=p.shape), jnp.float32), params)
@@ -127,8 +132,8 @@ def test_state_and_pure_dict_give_same_updates():
     gives; the mask test covers the real model's paths) and its pure dict update alike."""
     pure, gpure = small_params(), grads_like(small_params(), 1)
     state, gstate = (nnx.State(jax.tree.map(nnx.Param, t)) for t in (pure, gpure))
-    txs = [make_optimizer(OptimizerConfig(optimizer=name, warmup_steps=0, learning_rate=0.1))[0]
-           for name in optim.OPTIMIZERS]
+    txs = [make_optimizer(OptimizerConfig(optimizer=name, warmup_steps=0, learning_rate=0.1),
+                          stacked=unstacked(pure))[0] for name in optim.OPTIMIZERS]
     out = final(*[(tx, state, [gstate]) for tx in txs], *[(tx, pure, [gpure]) for tx in txs])
     for a, b in zip(out[:3], out[3:], strict=True):
         assert isinstance(a, nnx.State)
@@ -208,7 +213,7 @@ def test_lamb_trust_ratio():
     ref_lamb = optax.lamb(0.01, eps=1e-6, weight_decay=0.01, mask=optim.decay_mask)
     ref_adam = optax.adam(0.01, eps=1e-6)
     (_, updates), (_, lamb), (_, adam) = run(
-        *[(tx, params, [g]) for tx in (make_optimizer(cfg)[0], ref_lamb, ref_adam)])
+        *[(tx, params, [g]) for tx in (make_optimizer(cfg, stacked=unstacked(params))[0], ref_lamb, ref_adam)])
     for path, u in jax.tree_util.tree_leaves_with_path(updates):
         names = optim.path_names(path)
         p = _get(params, names)
@@ -240,7 +245,7 @@ def test_config_dict_and_dataclass_inputs():
                                     "num_train_steps": 50})
     c = OptimizerConfig.from_config_dict(cd)
     assert c == OptimizerConfig(optimizer="lamb", learning_rate=2e-3, warmup_steps=5, num_train_steps=50)
-    tx, fn = make_optimizer(cd)
+    tx, fn = make_optimizer(cd, stacked=unstacked(small_params()))
     assert float(fn(5)) == pytest.approx(2e-3 * 0.9)
     tx.init(small_params())
 

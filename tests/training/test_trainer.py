@@ -104,6 +104,7 @@ def test_every_config_builds_abstractly(load_config):
 
     mesh = sh.make_mesh((1, 1, 1), jax.devices()[:1])
     for arg in ("size=base", "size=large,phase=2", "size=tiny,runlocal", "size=base,objective=sop",
+                "size=large,recipe=lamb,phase=1", "size=large,recipe=lamb,phase=2",
                 "size=small,objective=none,masking=dynamic", "model=roberta", "model=albert,size=large",
                 "model=electra", "model=electra,size=base"):
         c = load_config("pretrain", arg)
