@@ -74,7 +74,7 @@ def train_batch(features: dict, step: int, batch_size: int, seed: int, length_mu
     return batch
 
 
-def _optimizer(config, steps: int, stacked: dict):
+def _optimizer(config, steps: int, stacked: dict | None = None):
     opt = config.optimizer.to_dict()
     warmup = int(round(opt.pop("warmup_fraction") * steps))
     return make_optimizer({**opt, "warmup_steps": warmup, "num_train_steps": steps}, stacked=stacked)
