@@ -4,11 +4,12 @@ A config with a ``task`` section (configs/glue.py, squad.py, ner.py, sentiment.p
 (`bert_jax.finetuning.trainer`); any other config pre-trains (`bert_jax.training.trainer`).
 
 Bad input (a user error in the sense of `input_pipeline.cli.is_user_error`: a missing file, a
-malformed row, a config value out of range, a checkpoint that does not fit) that stops a job before
-it commits a checkpoint leaves a local workdir as it was: a workdir the job created is removed, and
-in an existing one the top-level entries the job created are removed and ``config.json`` gets its
-old content and modification time back. Once the job has committed a checkpoint nothing is removed,
-nor when the workdir is another trainer's (its lock, `bert_jax.training.workdir_lock`).
+malformed row, a config value out of range, a checkpoint that does not fit) that stops a
+single-process job before it commits a checkpoint leaves a local workdir as it was: a workdir the
+job created is removed, and in an existing one the top-level entries the job created are removed
+and ``config.json`` gets its old content and modification time back. Once the job has committed a
+checkpoint nothing is removed, nor when the workdir is another trainer's (its lock,
+`bert_jax.training.workdir_lock`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def run(config, workdir: str | Path, preemption=None) -> dict:
     check_config(config)
     if "://" not in str(workdir) and Path(workdir).exists() and not Path(workdir).is_dir():
         raise NotADirectoryError(errno.ENOTDIR, "is a file, expected a directory (the workdir)", str(workdir))
-    before = _Snapshot(workdir)
+    before = _Snapshot(None if config.get("multihost") else workdir)  # one process: no other writer
     try:
         if "task" in config:
             from bert_jax.finetuning import trainer as finetuning
@@ -68,8 +69,8 @@ class _Snapshot:
     """What a local workdir held before the job: to put it back if bad input stops the job before
     its first checkpoint (remote workdirs, gs://, are left alone)."""
 
-    def __init__(self, workdir: str | Path):
-        self.path = Path(workdir) if "://" not in str(workdir) else None
+    def __init__(self, workdir: str | Path | None):
+        self.path = Path(workdir) if workdir is not None and "://" not in str(workdir) else None
         self.existed = self.path is not None and self.path.exists()
         self.created = self.path  # the top directory the job will create (mkdir -p), if it does not exist
         while self.created is not None and not self.created.parent.exists():

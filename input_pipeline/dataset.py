@@ -225,6 +225,9 @@ def make_pretraining_dataset(config, *, split: str = "train", batch_size: int, p
         # ELECTRA's replaced-token detection ("rtd") reads single-segment examples, as objective "none".
         objective = "none" if config.objective == "rtd" else config.objective
         rows = _in_memory_examples(spec, tokenizer, d, split, objective)  # all of them: see `block`
+        if len(rows["input_ids"]) < batch_size * process_count:  # fails here, not after building tf.data
+            raise ValueError(f"{spec}: {len(rows['input_ids'])} {split} examples, fewer than one batch of "
+                             f"{batch_size * process_count} (config.batch_size)")
         if d.masking == "static":
             cfg = pretraining.masking_config(tokenizer, masked_lm_prob=d.masked_lm_prob,
                                              max_predictions_per_seq=d.max_predictions_per_seq,

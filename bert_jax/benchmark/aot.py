@@ -9,8 +9,9 @@ r"""Ahead-of-time compilation for real TPU topologies on a machine without a TPU
 It builds the step ``train.py`` would run for that config (pre-training: `trainer.build_steps`;
 fine-tuning: `finetuning.trainer.build_steps`; same sharding rules, optimizer-state shardings and
 batch shapes), lowers it for the topology's devices (`jax.experimental.topologies`, the real TPU
-compiler in ``libtpu``) and compiles it. Reported per chip: the compiler's memory (arguments,
-outputs, temporaries, generated code; the donated state counted once) against the chip's HBM; and
+compiler in ``libtpu``) and compiles it. Reported per device (a chip; a TensorCore on v3): the
+compiler's memory (arguments, outputs, temporaries, generated code; the donated state counted once)
+against the device's HBM; and
 the model FLOPs of a step with the step time they would take at 100% and at 50% MFU. These times are
 arithmetic on published peaks, not measurements and not a compiler estimate (libtpu's
 ``cost_analysis`` returns a negative ``optimal_seconds`` and counts a scanned layer stack's FLOPs
@@ -37,17 +38,27 @@ from input_pipeline import cli
 @dataclasses.dataclass(frozen=True)
 class Chip:
     name: str
-    hbm_gib: float  # per chip (Cloud TPU system architecture pages)
+    hbm_gib: float  # per chip (Cloud TPU system architecture pages, below)
     peak_bf16: float  # dense bf16 FLOP/s per chip (same pages)
-    cores_per_chip: int  # the N of "v4-N" counts TensorCores on v4/v5p, chips on v5e/v6e
+    cores_per_chip: int  # the N of "v4-N" counts TensorCores on v3/v4/v5p, chips on v5e/v6e
     dims: int  # torus dimensions of the topology name
+    hbm_bandwidth: float  # bytes/s per chip (same pages)
+    megacore: bool = True  # the chip's TensorCores are one JAX device (v4, v5p); v3's are one device each
+
+    @property
+    def devices_per_chip(self) -> int:
+        return 1 if self.megacore else self.cores_per_chip
 
 
+# cloud.google.com/tpu/docs/{v3,v4,v5e,v5p,v6e} ("key specifications"): v3 123 TFLOP/s, 32 GiB (16 per
+# TensorCore), 900 GB/s; v4 275 TFLOP/s, 32 GiB, 1200 GB/s; v5e 197 TFLOP/s, 16 GB, 819 GB/s; v5p 459
+# TFLOP/s, 95 GB, 2765 GB/s; v6e 918 TFLOP/s, 32 GB, 1638 GB/s.
 CHIPS = {
-    "v4": Chip("TPU v4", 32, 275e12, 2, 3),
-    "v5e": Chip("TPU v5e", 16, 197e12, 1, 2),
-    "v5p": Chip("TPU v5p", 95, 459e12, 2, 3),
-    "v6e": Chip("TPU v6e", 32, 918e12, 1, 2),
+    "v3": Chip("TPU v3", 32, 123e12, 2, 2, 900e9, megacore=False),
+    "v4": Chip("TPU v4", 32, 275e12, 2, 3, 1200e9),
+    "v5e": Chip("TPU v5e", 16, 197e12, 1, 2, 819e9),
+    "v5p": Chip("TPU v5p", 95, 459e12, 2, 3, 2765e9),
+    "v6e": Chip("TPU v6e", 32, 918e12, 1, 2, 1638e9),
 }
 
 
@@ -92,7 +103,8 @@ def tpu_devices(spec: str):
         dims = [int(d) for d in name.partition(":")[2].split("x")]
         hosts = (min(dims[0], 2), min(dims[1], 2), 1)  # a host holds up to 2x2 chips; fewer on a small slice
         devices = topologies.get_topology_desc(platform="tpu", topology_name=name, chips_per_host_bounds=hosts,
-                                               chip_config_name="megacore" if chip.cores_per_chip > 1 else "default",
+                                               chip_config_name="megacore" if chip.megacore and chip.cores_per_chip > 1
+                                               else "default",
                                                ).devices  # megacore: one device per chip
     except Exception as e:  # libtpu rejects the shape
         raise ValueError(f"--topology {spec!r} ({name}): libtpu does not accept it: {cli.message(e)}") from e
@@ -129,7 +141,8 @@ def load_config(spec: str, overrides: list[str]):
 
 
 def compile_step(config, devices, batch_size: int) -> dict:
-    """Compiles ``config``'s training step for ``batch_size`` on ``devices``; its memory and FLOPs."""
+    """Compiles ``config``'s training step for ``batch_size`` on ``devices``; its memory, FLOPs and the
+    compiler's cost analysis per device (``cost``: flops, bytes accessed, optimal_seconds)."""
     import jax
 
     from bert_jax.benchmark.flops import model_flops
@@ -176,6 +189,10 @@ def compile_step(config, devices, batch_size: int) -> dict:
         return dict(out, compile_s=round(time.perf_counter() - start, 1), memory_bytes=None, total_bytes=None,
                     compiler_error=cli.message(e).split("\n")[0][:300])
     m = compiled.memory_analysis()
+    cost = compiled.cost_analysis() or {}
+    cost = cost[0] if isinstance(cost, list | tuple) else cost
+    out["cost"] = {k: float(cost[k]) for k in ("flops", "bytes accessed", "transcendentals", "optimal_seconds")
+                   if k in cost}
     parts = {"arguments": m.argument_size_in_bytes, "outputs": m.output_size_in_bytes,
              "aliased": m.alias_size_in_bytes, "temporaries": m.temp_size_in_bytes,
              "generated_code": m.generated_code_size_in_bytes}
@@ -187,9 +204,9 @@ def fits(r: dict, hbm: float) -> bool:
     return r["total_bytes"] is not None and r["total_bytes"] <= hbm
 
 
-def report(r: dict, chip: Chip, chips: int) -> dict:
-    """Adds the fit against the chip's HBM and the step time at 100% / 50% MFU."""
-    hbm = chip.hbm_gib * 2**30
+def report(r: dict, chip: Chip, devices: int) -> dict:
+    """Adds the fit against a device's HBM and the step time at 100% / 50% MFU."""
+    hbm, chips = chip.hbm_gib * 2**30 / chip.devices_per_chip, devices // chip.devices_per_chip
     r = dict(r, chip=chip.name, chips=chips, hbm_bytes=hbm, fits=fits(r, hbm))
     if r["model_flops_per_step"]:
         ideal = r["model_flops_per_step"] / (chips * chip.peak_bf16)
@@ -205,7 +222,7 @@ def find_max_batch(config, devices, multiple: int, start: int, hbm: float) -> di
     size = max(multiple, start - start % multiple)
     while True:
         r = compile_step(config, devices, size)
-        print(f"  batch {size}: {_gib(r)} per chip", file=sys.stderr, flush=True)
+        print(f"  batch {size}: {_gib(r)} per device", file=sys.stderr, flush=True)
         if not fits(r, hbm):
             last = size
             break
@@ -214,7 +231,7 @@ def find_max_batch(config, devices, multiple: int, start: int, hbm: float) -> di
     while high - low > multiple:
         mid = (low + high) // 2 // multiple * multiple
         r = compile_step(config, devices, mid)
-        print(f"  batch {mid}: {_gib(r)} per chip", file=sys.stderr, flush=True)
+        print(f"  batch {mid}: {_gib(r)} per device", file=sys.stderr, flush=True)
         if fits(r, hbm):
             best, low = r, mid
         else:
@@ -235,7 +252,7 @@ def summary(r: dict) -> str:
                 f"{r['compiler_error']}")
     line = (f"{r['chips']} x {r['chip']}, mesh {r['mesh']}, global batch {r['batch_size']} x {r['length']} "
             f"({r['model']['size']}, {r['model']['dtype']}, remat {r['model']['remat']}): "
-            f"{r['total_bytes'] / g:.2f} of {r['hbm_bytes'] / g:.0f} GiB per chip -> "
+            f"{r['total_bytes'] / g:.2f} of {r['hbm_bytes'] / g:.0f} GiB per device -> "
             f"{'fits' if r['fits'] else 'DOES NOT FIT'} (arguments {m['arguments'] / g:.2f}, outputs "
             f"{m['outputs'] / g:.2f}, aliased {m['aliased'] / g:.2f}, temporaries {m['temporaries'] / g:.2f}, "
             f"code {m['generated_code'] / g:.2f}); compiled in {r['compile_s']} s")
@@ -266,10 +283,10 @@ def main(argv=None) -> list[dict]:
 
         mesh = sh.make_mesh(tuple(config.mesh_shape), devices)
         shards = int(np.prod([mesh.shape[a] for a in ("data", "fsdp")]))
-        found = find_max_batch(config, devices, shards, config.batch_size, chip.hbm_gib * 2**30)
+        found = find_max_batch(config, devices, shards, config.batch_size, chip.hbm_gib * 2**30 / chip.devices_per_chip)
         results = [report(found, chip, len(devices))] if found else []
         if not found:
-            print(f"no batch (a multiple of {shards}) fits in {chip.hbm_gib} GiB", flush=True)
+            print(f"no batch (a multiple of {shards}) fits in {chip.hbm_gib / chip.devices_per_chip} GiB", flush=True)
     else:
         results = [report(compile_step(config, devices, config.batch_size), chip, len(devices))]
     for r in results:

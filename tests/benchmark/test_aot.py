@@ -17,6 +17,7 @@ needs_libtpu = pytest.mark.skipif(not HAS_LIBTPU, reason="needs libtpu: pip inst
 @pytest.mark.parametrize("spec, name, chips", [
     ("v4-8", "v4:2x2x1", 4), ("v4-32", "v4:2x2x4", 16), ("v4-1024", "v4:8x8x8", 512),
     ("v5e-1", "v5e:1x1", 1), ("v5e-8", "v5e:2x4", 8), ("v5e-256", "v5e:16x16", 256),
+    ("v3-8", "v3:2x2", 4), ("v3-2048", "v3:32x32", 1024),
     ("v5p-8", "v5p:2x2x1", 4), ("v5p-128", "v5p:4x4x4", 64), ("v6e-8", "v6e:2x4", 8), ("v5e:4x8", "v5e:4x8", 32),
 ])
 def test_accelerator_types_name_their_topology(spec, name, chips):
@@ -25,7 +26,7 @@ def test_accelerator_types_name_their_topology(spec, name, chips):
 
 
 @pytest.mark.parametrize("spec, match", [
-    ("v3-8", r"generation one of v4, v5e, v5p, v6e"), ("v5e", "expected <generation>-<size>"),
+    ("v2-8", r"generation one of v3, v4, v5e, v5p, v6e"), ("v5e", "expected <generation>-<size>"),
     ("v4-6", "not a power of two"), ("v4-7", "multiple of 2"), ("v5e:4x4x4", "2 dimensions"),
 ])
 def test_bad_topologies_are_named(spec, match):
