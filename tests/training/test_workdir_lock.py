@@ -42,3 +42,16 @@ def test_other_host_lock_is_refused_with_how_to_remove_it(tmp_path):
     with pytest.raises(WorkdirBusyError, match=r"pid 1 on elsewhere.*another host.*delete .*LOCK"):
         WorkdirLock(tmp_path).acquire()
     assert json.loads((tmp_path / "LOCK").read_text())["host"] == "elsewhere"
+
+
+def test_object_store_lock_writes_then_reads_back(tmp_path):
+    """gs:// workdirs (no atomic create-if-absent): the same refusal and release through the
+    write-then-read-back path, exercised on a local directory."""
+    first = WorkdirLock(tmp_path)
+    first.remote = True
+    with first:
+        second = WorkdirLock(tmp_path)
+        second.remote = True
+        with pytest.raises(WorkdirBusyError, match="in use by another trainer"):
+            second.acquire()
+    assert not (tmp_path / "LOCK").exists()
