@@ -33,8 +33,8 @@ BERT-large in 8,599 LAMB steps (batch 64k at length 128, then 32k at 512; the po
     python train.py --config configs/pretrain.py:size=large,recipe=lamb,phase=2 --workdir gs://BUCKET/lamb_p2 \
         --config.init_checkpoint=gs://BUCKET/lamb_p1 ...
     # a few CPU steps of the same recipe on the tiny model:
-    python train.py --config configs/pretrain.py:size=tiny,recipe=lamb,phase=1,runlocal --workdir /tmp/lamb_p1 \
-        --config.num_train_steps=4
+    python train.py --config configs/pretrain.py:size=tiny,recipe=lamb,phase=1,runlocal,synthetic \
+        --workdir /tmp/lamb_p1 --config.num_train_steps=4
 """
 
 import ml_collections

@@ -23,6 +23,7 @@ Files are written atomically. Load the result with `tokenizer_factory.load_token
 from __future__ import annotations
 
 import dataclasses
+import errno
 import io
 import logging
 import os
@@ -78,9 +79,10 @@ def train_vocab(input_spec, output_dir: str | os.PathLike, *, model_type: str, v
     start = time.perf_counter()
     report = sources.SourceReport()
     docs = sources.read_documents(input_spec, format=format, text_field=text_field, report=report)
-    sentences = _Sentences(docs, max_sentences)
-    out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    sentences = _Sentences(docs, max_sentences, origin=input_spec)
+    out = Path(output_dir)  # made only once the vocabulary is learned: bad input leaves nothing behind
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "is a file, expected a directory for the vocabulary", str(out))
     if model_type == "wordpiece":
         path = _build_wordpiece(sentences, out, vocab_size, lower_case)
     else:
@@ -100,8 +102,9 @@ class _Sentences:
     """The documents' sentences (the first ``limit``) with a progress bar; counts them and keeps the
     first `UNK_SAMPLE` to measure the [UNK] rate afterwards. Iterate once."""
 
-    def __init__(self, docs, limit: int | None):
+    def __init__(self, docs, limit: int | None, origin=""):
         self.docs, self.limit, self.count, self.sample = docs, limit, 0, []
+        self.origin = origin if isinstance(origin, str) else ",".join(map(str, origin))  # for messages
 
     def __iter__(self) -> Iterator[str]:
         with tqdm(desc="reading sentences", unit=" sent", total=self.limit, mininterval=2) as bar:
@@ -129,7 +132,7 @@ def _vocab_bytes(tokens: list[str], origin: str) -> bytes:
 def _build_wordpiece(sentences: _Sentences, out: Path, vocab_size: int, lower_case: bool) -> Path:
     word_counts = wordpiece_learner.count_words(sentences, lower_case)
     if not word_counts:
-        raise ValueError(f"no words in the input ({sentences.count} sentences)")
+        raise ValueError(f"{sentences.origin}: no words in the input ({sentences.count} sentences)")
     log.info("%d sentences, %d words, %d distinct", sentences.count, sum(word_counts.values()),
              len(word_counts))
     vocab = wordpiece_learner.learn(word_counts, vocab_size)
@@ -192,12 +195,12 @@ def _unk_rate(tokenizer, sample: list[str]) -> float:
 # --------------------------------------------------------------------------- CLI
 
 
-def main(argv) -> None:
+def main(argv, fv=None) -> None:
     from absl import flags
 
     if len(argv) > 1:
         raise ValueError(f"unexpected arguments: {argv[1:]} (flags are --name=value)")
-    f = flags.FLAGS
+    f = flags.FLAGS if fv is None else fv
     from input_pipeline import hide_accelerators_from_tf
     from input_pipeline.package_data import resolve
 
@@ -208,23 +211,25 @@ def main(argv) -> None:
     print(summary)
 
 
-def _define_flags() -> None:
+def define_flags(fv=None) -> None:
+    """Defines the command-line flags on `fv` (default: absl's global set; only when run as a program)."""
     from absl import flags
 
-    flags.DEFINE_string("input", None, "Corpus spec: files/globs/dirs, a Wikipedia dump, tfds:NAME.")
-    flags.DEFINE_string("output_dir", None, "Where vocab.txt (and spm.model) go.")
-    flags.DEFINE_enum("model_type", "wordpiece", MODEL_TYPES, "Vocabulary kind.")
-    flags.DEFINE_integer("vocab_size", 30522, "Target vocabulary size (WordPiece: at most).")
-    flags.DEFINE_boolean("lower_case", True, "Uncased vocabulary (lower-case, strip accents).")
-    flags.DEFINE_integer("max_sentences", None, "Use only the first N sentences.")
-    flags.DEFINE_enum("format", "bert", sources.FORMATS, "Text file layout.")
-    flags.DEFINE_integer("seed", 0, "SentencePiece random seed.")
-    flags.DEFINE_float("character_coverage", 0.9995, "SentencePiece character coverage.")
-    flags.mark_flags_as_required(["input", "output_dir"])
+    kw = {"flag_values": flags.FLAGS if fv is None else fv}
+    flags.DEFINE_string("input", None, "Corpus spec: files/globs/dirs, a Wikipedia dump, tfds:NAME.", **kw)
+    flags.DEFINE_string("output_dir", None, "Where vocab.txt (and spm.model) go.", **kw)
+    flags.DEFINE_enum("model_type", "wordpiece", MODEL_TYPES, "Vocabulary kind.", **kw)
+    flags.DEFINE_integer("vocab_size", 30522, "Target vocabulary size (WordPiece: at most).", **kw)
+    flags.DEFINE_boolean("lower_case", True, "Uncased vocabulary (lower-case, strip accents).", **kw)
+    flags.DEFINE_integer("max_sentences", None, "Use only the first N sentences.", **kw)
+    flags.DEFINE_enum("format", "bert", sources.FORMATS, "Text file layout.", **kw)
+    flags.DEFINE_integer("seed", 0, "SentencePiece random seed.", **kw)
+    flags.DEFINE_float("character_coverage", 0.9995, "SentencePiece character coverage.", **kw)
+    flags.mark_flags_as_required(["input", "output_dir"], **kw)
 
 
 if __name__ == "__main__":
     from input_pipeline import cli
 
-    _define_flags()
+    define_flags()
     cli.run_absl(main)

@@ -63,15 +63,15 @@ def message(e: BaseException) -> str:
     return " ".join(line.strip() for line in str(text).splitlines() if line.strip())
 
 
-def fail(e: BaseException | str, cause: BaseException | None = None) -> NoReturn:
+def fail(e: BaseException | str, cause: BaseException | None = None, status: int = USER_ERROR_STATUS) -> NoReturn:
     """Reports a user error (an exception, or a message about ``cause``) as ``error: ...`` and exits
-    with status 2."""
+    with ``status`` (2; 1 for a job that failed on good input, e.g. a diverged training run)."""
     sys.stdout.flush()
     cause = e if isinstance(e, BaseException) else cause
     if debug() and cause is not None:
         traceback.print_exception(cause)
     print(f"error: {message(e) if isinstance(e, BaseException) else e}", file=sys.stderr, flush=True)
-    sys.exit(USER_ERROR_STATUS)
+    sys.exit(status)
 
 
 def catching(main: Callable) -> Callable:
@@ -114,13 +114,14 @@ def exit_if_help(argv: list[str]) -> None:
         sys.exit(0)
 
 
-def parse_absl_flags(argv: list[str]) -> list[str]:
-    """absl's flag parsing (``app.run``'s ``flags_parser``) with the convention for bad flags."""
+def parse_absl_flags(argv: list[str], fv=None) -> list[str]:
+    """absl's flag parsing (``app.run``'s ``flags_parser``; on `fv`, default absl's global set) with
+    the convention for bad flags."""
     from absl import flags
 
     exit_if_help(argv)
     try:
-        return flags.FLAGS(argv)
+        return (flags.FLAGS if fv is None else fv)(argv)
     except flags.Error as e:
         fail(e)
 

@@ -26,6 +26,7 @@ so a reader knows max_seq_length and P); a directory without ``summary.json`` is
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import logging
 import multiprocessing
@@ -130,8 +131,9 @@ def create_pretraining_data(input_spec, output_dir: str, tokenizer, *, num_worke
         tokenizer = WordPieceTokenizer(tokenizer)
     tfds = isinstance(input_spec, str) and input_spec.strip().startswith("tfds:")
     units = [input_spec] if tfds else sources.list_files(input_spec)
+    if tf.io.gfile.exists(output_dir) and not tf.io.gfile.isdir(output_dir):
+        raise NotADirectoryError(errno.ENOTDIR, "is a file, expected a directory for the shards", output_dir)
     start = time.time()
-    _prepare_output(output_dir)
     workers = max(1, min(num_workers, max(len(units), s.num_shards)))
     with tempfile.TemporaryDirectory(prefix="pretrain-spill-") as spill_dir:
         job = Job(s, tuple(units), output_dir, spill_dir, tokenizer.vocab_file, tokenizer.lower_case)
@@ -143,6 +145,10 @@ def create_pretraining_data(input_spec, output_dir: str, tokenizer, *, num_worke
         try:
             read = _run_stage("read", job, len(units), tokenizer, pool, queue, "reading",
                               "file", progress)
+            if not sum(r.get("sentences", 0) for r in read):  # before the output is touched
+                raise ValueError(f"{input_spec}: no text to make examples of "
+                                 f"({_merge_reports([r['report'] for r in read]).summary()})")
+            _prepare_output(output_dir)
             written = _run_stage("write", job, s.num_shards, tokenizer, pool, queue,
                                  "writing", "shard", progress)
         finally:

@@ -40,10 +40,14 @@ def _record_files(spec: str) -> list[str] | None:
     spec = resolve(spec)
     if tf.io.gfile.isdir(spec) and tf.io.gfile.exists(spec.rstrip("/") + "/summary.json"):
         spec = spec.rstrip("/") + "/*.tfrecord*"
+    elif tf.io.gfile.isdir(spec) and tf.io.gfile.glob(spec.rstrip("/") + "/pretrain-*.tfrecord*"):
+        raise ValueError(f"data.input {spec}: create_pretraining_data's output without summary.json, so its "
+                         "run did not finish (killed?); run it again (it starts over)")
     parts = [p for p in spec.split(",") if p]
     if not parts or not all(p.endswith(RECORD_SUFFIXES) or p.endswith(RECORD_SUFFIXES[0] + "*") for p in parts):
         return None
-    files = sorted(f for p in parts for f in tf.io.gfile.glob(p))
+    # Never a shard still being written (create_pretraining_data's "<shard>.tmp-XXXXXXXX").
+    files = sorted(f for p in parts for f in tf.io.gfile.glob(p) if ".tmp-" not in f.rsplit("/", 1)[-1])
     if not files:
         raise FileNotFoundError(f"data.input {spec!r} matches no TFRecord files")
     return files
@@ -221,6 +225,9 @@ def make_pretraining_dataset(config, *, split: str = "train", batch_size: int, p
         # ELECTRA's replaced-token detection ("rtd") reads single-segment examples, as objective "none".
         objective = "none" if config.objective == "rtd" else config.objective
         rows = _in_memory_examples(spec, tokenizer, d, split, objective)  # all of them: see `block`
+        if len(rows["input_ids"]) < batch_size * process_count:  # fails here, not after building tf.data
+            raise ValueError(f"{spec}: {len(rows['input_ids'])} {split} examples, fewer than one batch of "
+                             f"{batch_size * process_count} (config.batch_size)")
         if d.masking == "static":
             cfg = pretraining.masking_config(tokenizer, masked_lm_prob=d.masked_lm_prob,
                                              max_predictions_per_seq=d.max_predictions_per_seq,

@@ -1,4 +1,4 @@
-"""Writing a finished file in one step: `write_atomically`.
+"""Writing a finished file in one step: `write_atomically`; `check_output_file` before the work.
 
 (`input_pipeline.package_data` keeps its own copy: it must stay loadable by file path with the
 standard library alone, for `make golden`.)
@@ -6,14 +6,29 @@ standard library alone, for `make golden`.)
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
+
+
+def check_output_file(path: str | os.PathLike) -> Path:
+    """``path`` as a Path, or an OSError naming it if it cannot become a file (it is a directory, or
+    a file stands where a directory above it belongs): tools check before the work, not after."""
+    path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(errno.EISDIR, "is a directory, expected a file path", str(path))
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise NotADirectoryError(errno.ENOTDIR, "is a file, expected a directory", str(parent))
+            break
+    return path
 
 
 def write_atomically(path: str | os.PathLike, data: bytes) -> Path:
     """``data`` to a temporary file beside ``path`` (mode 0666 less the umask, its directory made),
     then renamed over it: an interrupted run leaves no half-written file under the final name."""
-    path = Path(path)
+    path = check_output_file(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     try:

@@ -45,23 +45,26 @@ class Settings:
     max_documents_per_file: int | None = None  # for smoke tests: only the first N of each file
 
     def check(self) -> None:
+        """Raises a one-line ValueError naming each setting out of range (``key=value: expected ...``)."""
         problems = [
-            (self.objective in examples.OBJECTIVES, f"objective in {examples.OBJECTIVES}"),
-            (self.packing in examples.PACKINGS, f"packing in {examples.PACKINGS}"),
-            (self.masking in ("static", "none"), "masking 'static' or 'none'"),
-            (self.format in sources.FORMATS and self.on_error in ("skip", "raise"),
-             f"format in {sources.FORMATS}, on_error 'skip' or 'raise'"),
-            (self.compression in COMPRESSIONS, f"compression in {tuple(COMPRESSIONS)}"),
-            (self.num_shards >= 1 and self.dupe_factor >= 1, "num_shards, dupe_factor >= 1"),
-            (self.max_seq_length >= 5, "max_seq_length >= 5"),
-            (self.max_predictions_per_seq >= 1, "max_predictions_per_seq >= 1"),
+            (self.objective in examples.OBJECTIVES, "objective", f"one of {examples.OBJECTIVES}"),
+            (self.packing in examples.PACKINGS, "packing", f"one of {examples.PACKINGS}"),
+            (self.masking in ("static", "none"), "masking", "'static' or 'none'"),
+            (self.format in sources.FORMATS, "format", f"one of {sources.FORMATS}"),
+            (self.on_error in ("skip", "raise"), "on_error", "'skip' or 'raise'"),
+            (self.compression in COMPRESSIONS, "compression", f"one of {tuple(COMPRESSIONS)}"),
+            (self.num_shards >= 1, "num_shards", ">= 1"),
+            (self.dupe_factor >= 1, "dupe_factor", ">= 1"),
+            (self.max_seq_length >= 5, "max_seq_length", ">= 5"),
+            (self.max_predictions_per_seq >= 1, "max_predictions_per_seq", ">= 1"),
             (isinstance(self.ngram, int) and not isinstance(self.ngram, bool) and self.ngram >= 0,
-             "ngram an int >= 0 (0: off)"),
-            (0 <= self.short_seq_prob <= 1 and 0 <= self.masked_lm_prob <= 1, "probabilities in [0, 1]"),
+             "ngram", "an int >= 0 (0: off)"),
+            (0 <= self.short_seq_prob <= 1, "short_seq_prob", "a probability in [0, 1]"),
+            (0 <= self.masked_lm_prob <= 1, "masked_lm_prob", "a probability in [0, 1]"),
         ]
-        bad = [what for ok, what in problems if not ok]
+        bad = [f"{key}={getattr(self, key)!r}: expected {what}" for ok, key, what in problems if not ok]
         if bad:
-            raise ValueError(f"create_pretraining_data: need {'; '.join(bad)}; got {self}")
+            raise ValueError(f"create_pretraining_data: {'; '.join(bad)}")
 
     def shard_path(self, output_dir: str, shard: int) -> str:
         suffix = COMPRESSIONS[self.compression][1]

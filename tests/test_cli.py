@@ -35,6 +35,8 @@ CLIS = {
                                         ["--config", "--topology", "--steps"],
                                         ["--config", "configs/pretrain.py:size=tiny", "--topology", "v2-8"],
                                         "--topology 'v2-8'"),
+    "bert_jax.benchmark.finetune": (["-m", "bert_jax.benchmark.finetune"], ["--lengths", "--modes", "--vocab"],
+                                    ["--size", "tiny", "--vocab", "{tmp}/vocab.txt"], "{tmp}/vocab.txt"),
     "bert_jax.benchmark.pipeline": (["-m", "bert_jax.benchmark.pipeline"], ["--source", "--shards", "--masking"],
                                     ["--source", "{tmp}/corpus.txt"], "{tmp}/corpus.txt"),
     "bert_jax.interop.extract_features": (["-m", "bert_jax.interop.extract_features"],

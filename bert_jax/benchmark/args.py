@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import shlex
 import sys
 
@@ -77,6 +78,7 @@ def parse_args(argv=None, usage: str = "") -> argparse.Namespace:
     check_model(p, args, models)
     if args.max_predictions is None:
         args.max_predictions = max(1, round(args.seq_len * 5 / 32))  # the paper's 20 at 128, 80 at 512
+    check_counts(p, args)
     args.compare = [x for x in args.compare.split(",") if x]
     if args.mesh is None:
         args.mesh = "1,1,1" if args.compare else "-1,1,1"
@@ -118,6 +120,24 @@ def check_model(parser, args, models: dict[str, tuple[str, ...]]) -> None:
     if args.model == "electra" and args.packing:
         parser.error("--packing: ELECTRA has no sentence-level head for packed rows (cls_positions); "
                      "use --packing 0 with --model electra")
+
+
+def check_counts(parser, args) -> None:
+    """``parser.error`` for a count out of range, or an ``--output`` that is a directory."""
+    bad = next((f"--batch_size {b}" for b in args.batch_size if b < 1), None)
+    ranges = [("--seq_len", args.seq_len, 4), ("--steps", args.steps, 1), ("--warmup", args.warmup, 0),
+              ("--max_predictions", args.max_predictions, 1), ("--packing", args.packing, 0),
+              ("--unpad_multiple", args.unpad_multiple, 0), ("--batch_multiple", args.batch_multiple, 1),
+              ("--compare_block", args.compare_block, 1)]
+    if bad or not args.batch_size:
+        parser.error(f"{bad or '--batch_size'}: expected a comma list of batch sizes >= 1")
+    for flag, value, low in ranges:
+        if value < low:
+            parser.error(f"{flag} {value}: expected at least {low}")
+    if args.max_predictions > args.seq_len:
+        parser.error(f"--max_predictions {args.max_predictions}: expected at most --seq_len ({args.seq_len})")
+    if args.output and os.path.isdir(args.output):
+        parser.error(f"--output {args.output}: is a directory, expected a file to append JSON lines to")
 
 
 def variant_args(parser, argv: list[str], variant: str) -> argparse.Namespace:

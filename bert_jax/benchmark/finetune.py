@@ -16,10 +16,14 @@ Lengths (``--lengths``):
 Modes (``--modes``; each is the trainer with one config switch, bert_jax/finetuning/lengths.py):
 ``padded`` (batches cut to their longest row: what fine-tuning did before), ``unpadded``
 (``unpad_multiple``), ``grouped`` (``length_groups`` for training, ``eval_by_length`` for evaluation)
-and ``grouped_unpadded`` (both). Each mode runs ``--train_steps`` training steps (the same step
-numbers every round) and one evaluation pass over ``--eval_rows`` rows. A first round compiles every
-shape the modes meet (untimed; its seconds are reported), then ``--rounds`` rounds take the modes in
-turn; the result is each mode's median examples/s and its ratio to ``padded``.
+and ``grouped_unpadded`` (both). Every mode trains on the same pool of ``--train_steps`` batches of
+training rows (drawn at random, once): one epoch of the pool, in random batches or, grouped, sorted
+by length into batches (groups of ``--train_steps`` batches, fewer than the config's usual 50, so
+it understates grouping; ``epoch_real_fraction`` reports each mode's real tokens per slot over a
+whole epoch of the training split with ``--length_groups``). Each mode also evaluates ``--eval_rows``
+rows. A first round compiles every shape the modes meet (untimed; its seconds are reported), then
+``--rounds`` rounds take the modes in turn; the result is each mode's median examples/s and its
+ratio to ``padded``.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import sys
 import time
 from pathlib import Path
 
@@ -56,7 +62,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max_seq_length", type=int, default=None, help="default: 128 (reviews), 384 (squad)")
     p.add_argument("--length_multiple", type=int, default=None, help="default: 16 (reviews), 32 (squad): the configs'")
     p.add_argument("--unpad_multiple", type=int, default=64, help="the unpadded modes' config.unpad_multiple")
-    p.add_argument("--length_groups", type=int, default=50, help="the grouped modes' config.length_groups")
+    p.add_argument("--length_groups", type=int, default=50,
+                   help="the config's length_groups for epoch_real_fraction (the timed pool is one group)")
     p.add_argument("--modes", default=",".join(MODES), help=f"comma list of {', '.join(MODES)}")
     p.add_argument("--train_steps", type=int, default=8, help="timed training steps per mode and round")
     p.add_argument("--eval_rows", type=int, default=512, help="rows of the timed evaluation pass")
@@ -162,12 +169,13 @@ class Runner:
         self.state = self.steps.layout.create(args.seed)
         self.rng = jax.random.key(args.seed)
 
-    def batches(self, mode: str) -> list[dict]:
+    def batches(self, mode: str, features: dict, steps: int, groups: int) -> list[dict]:
+        """One epoch (``steps`` batches) of ``features`` as the trainer draws it in ``mode``."""
         a = self.args
-        groups = a.length_groups if mode.startswith("grouped") else 0
+        groups = groups if mode.startswith("grouped") else 0
         unpad = a.unpad_multiple if mode.endswith("unpadded") else 0
-        return [lengths.unpadded(train_batch(self.train, s, a.batch_size, a.seed, a.length_multiple, groups),
-                                 unpad, self.shards) for s in range(a.train_steps)]
+        return [lengths.unpadded(train_batch(features, s, a.batch_size, a.seed, a.length_multiple, groups),
+                                 unpad, self.shards) for s in range(steps)]
 
     def train_pass(self, batches: list[dict]) -> float:
         def run():
@@ -199,39 +207,60 @@ def main(argv=None) -> dict:
         kind, (train, dev, source) = "classification", review_features(a)
     else:
         kind, rng = "span", np.random.default_rng(a.seed)
-        train = synthetic_features("span", squad_lengths(4 * a.batch_size * a.train_steps, a.max_seq_length, rng),
+        train = synthetic_features("span", squad_lengths(50 * a.batch_size * a.train_steps, a.max_seq_length, rng),
                                    a.max_seq_length, a.vocab_size, a.seed)
         dev = synthetic_features("span", squad_lengths(a.eval_rows, a.max_seq_length, rng), a.max_seq_length,
                                  a.vocab_size, a.seed + 1)
         source = "SYNTHETIC SQuAD-style lengths (log-normal question ~13 and paragraph ~150 tokens, stride 128)"
     dev = {k: v[: a.eval_rows] for k, v in dev.items()}
     runner = Runner(a, kind, train, dev)
-    batches = {m: runner.batches(m) for m in a.modes}
-    compile_s = {m: round(runner.train_pass(batches[m]) + runner.eval_pass(m), 2) for m in a.modes}  # untimed round
+    pool_size = a.batch_size * a.train_steps
+    if len(train["input_ids"]) < pool_size:
+        raise ValueError(f"{len(train['input_ids'])} training rows, fewer than --train_steps x --batch_size")
+    pick = np.sort(np.random.default_rng(a.seed).choice(len(train["input_ids"]), pool_size, replace=False))
+    pool = {k: v[pick] for k, v in train.items()}
+    batches = {m: runner.batches(m, pool, a.train_steps, a.train_steps) for m in a.modes}
+    epoch = len(train["input_ids"]) // a.batch_size
+    epoch_batches = {m: runner.batches(m, train, epoch, a.length_groups) for m in a.modes}
+    epoch_fraction = {m: slots(b) for m, b in epoch_batches.items()}
+    # How many step programs an epoch compiles: one per distinct set of shapes.
+    epoch_shapes = {m: len({tuple(sorted((k, v.shape) for k, v in x.items())) for x in b})
+                    for m, b in epoch_batches.items()}
+    compile_s = {}
+    for m in a.modes:  # the untimed first round: every shape compiles
+        compile_s[m] = round(runner.train_pass(batches[m]) + runner.eval_pass(m), 2)
+        print(f"first round (compiles) {m}: {compile_s[m]:.1f} s", file=sys.stderr, flush=True)
     times: dict[str, dict[str, list[float]]] = {m: {"train": [], "eval": []} for m in a.modes}
     for r in range(a.rounds):
         for m in a.modes[r % len(a.modes):] + a.modes[: r % len(a.modes)]:  # a different mode starts each round
             times[m]["train"].append(runner.train_pass(batches[m]))
             times[m]["eval"].append(runner.eval_pass(m))
+            t = times[m]
+            print(f"round {r + 1}/{a.rounds} {m}: train {t['train'][-1]:.2f} s, eval {t['eval'][-1]:.2f} s",
+                  file=sys.stderr, flush=True)
     rows = len(dev["input_ids"])
     result = {"lengths": a.lengths, "source": source, "size": a.size, "kind": kind, "batch_size": a.batch_size,
               "eval_batch_size": a.eval_batch_size, "max_seq_length": a.max_seq_length,
               "length_multiple": a.length_multiple, "unpad_multiple": a.unpad_multiple,
               "length_groups": a.length_groups, "train_steps": a.train_steps, "eval_rows": rows, "rounds": a.rounds,
               "mean_real_tokens": round(float(lengths.real_lengths(train).mean()), 1),
-              "device": f"{len(jax.devices())} x {jax.devices()[0].device_kind}", "modes": {}}
+              "device": f"{len(jax.devices())} x {jax.devices()[0].device_kind}",
+              "load_average": [round(x, 2) for x in os.getloadavg()], "modes": {}}
+    speed = {m: (a.batch_size * a.train_steps / float(np.median(times[m]["train"])),
+                 rows / float(np.median(times[m]["eval"]))) for m in a.modes}  # examples/s, unrounded
     for m in a.modes:
-        train_eps = a.batch_size * a.train_steps / float(np.median(times[m]["train"]))
-        eval_eps = rows / float(np.median(times[m]["eval"]))
-        result["modes"][m] = {"train_examples_per_s": round(train_eps, 2), "eval_examples_per_s": round(eval_eps, 2),
-                              "train_real_fraction": round(slots(batches[m]), 3), "first_round_s": compile_s[m],
+        train_eps, eval_eps = speed[m]
+        result["modes"][m] = {"train_examples_per_s": float(f"{train_eps:.4g}"),
+                              "eval_examples_per_s": float(f"{eval_eps:.4g}"),
+                              "train_real_fraction": round(slots(batches[m]), 3),
+                              "epoch_real_fraction": round(epoch_fraction[m], 3), "epoch_shapes": epoch_shapes[m],
+                              "first_round_s": compile_s[m],
                               "train_s": [round(t, 3) for t in times[m]["train"]],
                               "eval_s": [round(t, 3) for t in times[m]["eval"]]}
-    base = result["modes"].get("padded")
-    for r in result["modes"].values():
-        if base:
-            r["train_ratio"] = round(r["train_examples_per_s"] / base["train_examples_per_s"], 3)
-            r["eval_ratio"] = round(r["eval_examples_per_s"] / base["eval_examples_per_s"], 3)
+    if "padded" in speed:
+        for m, r in result["modes"].items():
+            r["train_ratio"] = round(speed[m][0] / speed["padded"][0], 3)
+            r["eval_ratio"] = round(speed[m][1] / speed["padded"][1], 3)
     if a.output:
         with Path(a.output).open("a") as f:
             f.write(json.dumps(result) + "\n")
@@ -240,15 +269,16 @@ def main(argv=None) -> dict:
 
 
 def table(r: dict) -> str:
-    lines = [f"{r['size']} {r['kind']} on {r['device']}: {r['source']}",
+    lines = [f"{r['size']} {r['kind']} on {r['device']} (load {r['load_average'][0]}): {r['source']}",
              f"  batch {r['batch_size']} (eval {r['eval_batch_size']}), max_seq_length {r['max_seq_length']}, "
              f"length_multiple {r['length_multiple']}, mean {r['mean_real_tokens']} real tokens; "
              f"{r['train_steps']} steps and {r['eval_rows']} eval rows per turn, {r['rounds']} rounds",
-             f"  {'mode':<18}{'train ex/s':>12}{'ratio':>8}{'eval ex/s':>12}{'ratio':>8}{'real/slots':>12}"]
+             f"  {'mode':<18}{'train ex/s':>12}{'ratio':>8}{'eval ex/s':>12}{'ratio':>8}{'real/slots':>12}"
+             f"{'epoch real/slots':>18}{'epoch shapes':>14}"]
     for m, x in r["modes"].items():
-        lines.append(f"  {m:<18}{x['train_examples_per_s']:>12.1f}{x.get('train_ratio', 1):>8.2f}"
-                     f"{x['eval_examples_per_s']:>12.1f}{x.get('eval_ratio', 1):>8.2f}"
-                     f"{x['train_real_fraction']:>12.2f}")
+        lines.append(f"  {m:<18}{x['train_examples_per_s']:>12.4g}{x.get('train_ratio', 1):>8.2f}"
+                     f"{x['eval_examples_per_s']:>12.4g}{x.get('eval_ratio', 1):>8.2f}"
+                     f"{x['train_real_fraction']:>12.2f}{x['epoch_real_fraction']:>18.2f}{x['epoch_shapes']:>14}")
     return "\n".join(lines)
 
 

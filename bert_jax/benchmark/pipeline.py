@@ -174,7 +174,12 @@ def parse_args(argv: list[str] | None = None):
     add("--whole_word_mask", action="store_true", help="whole-word masking")
     add("--pack_examples", type=int, default=0, help="pack up to K examples per row (0: one per row)")
     add("--json", action="store_true", help="print the result as JSON")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    for flag, low in (("batch_size", 1), ("max_seq_length", 5), ("dupe_factor", 1), ("num_shards", 1),
+                      ("num_workers", 1), ("batches", 0), ("pack_examples", 0), ("seconds", 0)):
+        if getattr(args, flag) < low:
+            parser.error(f"--{flag} {getattr(args, flag)}: expected at least {low}")
+    return args
 
 
 def main(argv: list[str] | None = None) -> dict:

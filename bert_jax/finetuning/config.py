@@ -34,13 +34,13 @@ def base_config(task: dict, *, size: str, max_seq_length: int, batch_size: int, 
         hidden_dropout_prob=0.1, attention_dropout_prob=0.1))
     c.max_seq_length = max_seq_length
     c.length_multiple = 32  # batches are cut to their longest row, rounded up to this
-    # Real lengths (bert_jax/finetuning/lengths.py, docs/benchmarks.md "Fine-tuning on real lengths"):
-    # eval batches of rows longest first (same predictions); M > 0: the encoder's blocks on the real
-    # tokens only, counts rounded up to M per data shard (same numbers; each count compiles once);
-    # G > 0: training batches drawn in groups of G batches sorted by length (changes the batches).
-    c.eval_by_length = False
-    c.unpad_multiple = 0
-    c.length_groups = 0
+    # Real lengths (bert_jax/finetuning/lengths.py, docs/benchmarks.md "Fine-tuning on real lengths").
+    # M > 0: the encoder's blocks on the real tokens only, in training and evaluation, counts rounded
+    # up to M per data shard (same outputs; each new count compiles once); measured 1.67x training
+    # and 2.5x evaluation examples/s on the demo's review sentences (BERT-base, CPU); 0 = padded.
+    c.unpad_multiple = 64
+    c.eval_by_length = False  # True: eval batches of rows longest first (same predictions)
+    c.length_groups = 0  # G > 0: training batches from groups of G batches sorted by length (other batches)
     c.batch_size = batch_size
     c.eval_batch_size = 64
     c.num_train_epochs = epochs

@@ -206,9 +206,9 @@ def _summary(per_seed: list[dict]) -> dict:
     return out
 
 
-def run(config, workdir: str | Path) -> dict:
+def run(config, workdir: str | Path, preemption=None) -> dict:
     """Fine-tunes per ``config`` (one run per seed); returns and writes ``results.json``."""
-    with job(config, workdir) as j:
+    with job(config, workdir, preemption) as j:
         return _run(config, j)
 
 
@@ -226,6 +226,9 @@ def _run(config, j) -> dict:
         raise ValueError("no vocabulary: set --config.vocab=PATH (or an init_checkpoint that has one)")
     tokenizer = load_tokenizer(resolve(vocab))
     cfg = model_config(config, warm, tokenizer.vocab_size, task.kind)
+    if config.max_seq_length > cfg.max_length:
+        raise ValueError(f"--config.max_seq_length={config.max_seq_length}: expected at most {cfg.max_length} "
+                         f"(max_position_embeddings of {config.init_checkpoint or 'the model'})")
     data = load_data(config, task, tokenizer)
     seeds = [config.seed + i for i in range(config.seeds)]
     per_seed = []

@@ -25,6 +25,8 @@ from pathlib import Path
 import numpy as np
 from absl import flags, logging
 
+from input_pipeline.files import check_output_file
+
 
 def read_inputs(path: str | Path) -> list[tuple[str, str | None]]:
     """Lines of ``path`` as (text_a, text_b or None); bad UTF-8 names the line."""
@@ -152,6 +154,9 @@ def run(init: str, input_path, output_path, *, layers=(-1, -2, -3, -4), max_seq_
         batch_size=32, vocab=None, progress=True) -> dict:
     """The whole tool as a function (tests call this); returns a small summary."""
     inputs = read_inputs(input_path)  # before the checkpoint and the imports: a bad input fails fast
+    check_output_file(output_path)
+    if batch_size < 1:
+        raise ValueError(f"--batch_size {batch_size}: expected at least 1")
     from bert_jax.interop import pretrained
     from input_pipeline.tokenizer_factory import load_tokenizer
 

@@ -109,6 +109,11 @@ class BertConfig:
         jnp.dtype(resolve_dtype(self.dtype, "cpu")), jnp.dtype(self.param_dtype)  # raise early on an unknown dtype
 
     @property
+    def max_length(self) -> int:
+        """The longest row (specials included) the position table takes."""
+        return self.max_position_embeddings - self.position_offset
+
+    @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_heads
 

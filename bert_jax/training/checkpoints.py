@@ -29,6 +29,7 @@ from etils import epath
 from flax import nnx
 
 from bert_jax.model.weights import load_params
+from input_pipeline.cli import UserError
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,10 @@ def fingerprint(state: Any) -> dict[str, str]:
             for path, v in jax.tree_util.tree_leaves_with_path(sums)}
 
 
+class CheckpointSaveError(UserError):
+    """A checkpoint could not be written (disk full, file size limit, permissions)."""
+
+
 class Checkpointer:
     """A thin wrapper over ``ocp.CheckpointManager`` for the trainer."""
 
@@ -79,8 +84,21 @@ class Checkpointer:
 
     def save(self, step: int, state: Any, meta: dict) -> None:
         meta = {**meta, "fingerprint": fingerprint(state)}
-        self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                                        meta=ocp.args.JsonSave(meta)), force=True)
+        try:
+            self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                                            meta=ocp.args.JsonSave(meta)), force=True)
+        except Exception as e:  # this save, or the asynchronous one before it, failed (disk full...)
+            raise self._save_failed(e) from e
+
+    def _save_failed(self, e: BaseException) -> CheckpointSaveError:
+        reason = " ".join(f"{type(e).__name__}: {e}".split())
+        return CheckpointSaveError(f"{self.directory}: saving a checkpoint failed ({reason[:300]}); the committed "
+                                   f"checkpoints are intact: steps {self.committed_steps()}")
+
+    def warm_up(self, state: Any) -> None:
+        """Compiles the fingerprint for ``state``'s structure now, not inside the first save (which
+        may be a preemption's, against its grace period)."""
+        fingerprint(state)
 
     def restore_step(self, choice: str | int = "latest") -> int | None:
         """The step ``config.restore`` names: "latest", "previous" (the one before the newest) or a
@@ -177,7 +195,10 @@ class Checkpointer:
         return dict(out.meta)
 
     def wait(self) -> None:
-        self.manager.wait_until_finished()
+        try:
+            self.manager.wait_until_finished()
+        except Exception as e:
+            raise self._save_failed(e) from e
 
     def committed_steps(self) -> list[int]:
         """The steps whose checkpoint is finalized in the directory (read from it, not from Orbax's
@@ -196,8 +217,10 @@ class Checkpointer:
                                f"its save finished (committed: {self.committed_steps()})")
 
     def close(self) -> None:
-        self.manager.wait_until_finished()
-        self.manager.close()
+        try:
+            self.wait()
+        finally:
+            self.manager.close()
 
 
 def read_tree(item: str | Path) -> dict[str, np.ndarray]:

@@ -26,28 +26,39 @@ from bert_jax.training.workdir_lock import WorkdirLock
 
 log = logging.getLogger(__name__)
 
-SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
 
 class Preemption:
     """SIGTERM (the preemption notice) and SIGINT (Ctrl-C) as a request to stop after the step in
     progress, once its checkpoint is committed. A second SIGINT stops at once (KeyboardInterrupt).
+    ``train.py`` creates it first thing, so a signal during start-up is caught too; `job` makes its
+    own otherwise.
 
-    One process: Python handlers. Several processes: JAX's preemption service (started by
-    ``jax.distributed.initialize``) takes SIGTERM on any host and every process reaches the same
-    stop step (`multihost_utils.reached_preemption_sync_point`), so that all of them save it (a
-    handler per process would stop only the hosts that got the signal, the others waiting for them
-    inside the next step); there only SIGINT gets a Python handler."""
+    One process: Python handlers. Several processes (``sigterm=False`` until `start` knows):
+    JAX's preemption service (started by ``jax.distributed.initialize``) takes SIGTERM on any host
+    and every process reaches the same stop step (`multihost_utils.reached_preemption_sync_point`),
+    so that all of them save it (a handler per process would stop only the hosts that got the
+    signal, the others waiting for them inside the next step); there only SIGINT gets a Python
+    handler."""
 
-    def __init__(self):
-        self.shared = jax.process_count() > 1 and jax.config.jax_enable_preemption_service
+    def __init__(self, sigterm: bool = True):
+        self.shared = False
         self.signal_name: str | None = None
         self.previous = {}
-        if threading.current_thread() is not threading.main_thread():
-            return  # signal handlers can only be set from the main thread (the job is then not a CLI run)
-        for sig in SIGNALS:
-            if not (self.shared and sig == signal.SIGTERM):
-                self.previous[sig] = signal.signal(sig, self._handle)
+        self._install(signal.SIGINT)
+        if sigterm:
+            self._install(signal.SIGTERM)
+
+    def _install(self, sig: signal.Signals) -> None:
+        # Handlers can only be set from the main thread (elsewhere the job is not a CLI run).
+        if sig not in self.previous and threading.current_thread() is threading.main_thread():
+            self.previous[sig] = signal.signal(sig, self._handle)
+
+    def start(self) -> None:
+        """After ``jax.distributed.initialize``: several processes with JAX's preemption service
+        share SIGTERM through it; otherwise SIGTERM is handled here."""
+        self.shared = jax.process_count() > 1 and jax.config.jax_enable_preemption_service
+        if not self.shared:
+            self._install(signal.SIGTERM)
 
     def _handle(self, signum, _frame) -> None:
         if self.signal_name is not None and signum == signal.SIGINT:
@@ -75,6 +86,12 @@ class Preemption:
             signal.signal(sig, handler)
         self.previous = {}
 
+    def __enter__(self) -> Preemption:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
 
 @dataclasses.dataclass(frozen=True)
 class Job:
@@ -84,20 +101,24 @@ class Job:
 
 
 @contextlib.contextmanager
-def job(config, workdir) -> Iterator[Job]:
-    """The job's start (see the module docstring) and, on the way out, its end."""
+def job(config, workdir, preemption: Preemption | None = None) -> Iterator[Job]:
+    """The job's start (see the module docstring) and, on the way out, its end. ``preemption``:
+    the caller's (``train.py`` installs it before anything else), else one for this job."""
     from bert_jax.training.distributed import initialize
     from input_pipeline import hide_accelerators_from_tf
 
-    initialize(config)  # before anything starts JAX's backend
-    hide_accelerators_from_tf()
-    preemption = Preemption()
+    own = preemption is None
+    preemption = preemption or Preemption(sigterm=not config.get("multihost", False))
     try:
+        initialize(config)  # before anything starts JAX's backend
+        preemption.start()
         workdir = as_path(workdir)
         is_main = jax.process_index() == 0
-        with WorkdirLock(workdir) if is_main else contextlib.nullcontext():
+        with WorkdirLock(workdir) if is_main else contextlib.nullcontext():  # before TF's import (seconds)
+            hide_accelerators_from_tf()
             if is_main:
                 (workdir / "config.json").write_text(config.to_json_best_effort(indent=2) + "\n")
             yield Job(workdir, is_main, preemption)
     finally:
-        preemption.close()
+        if own:
+            preemption.close()

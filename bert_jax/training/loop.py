@@ -77,6 +77,7 @@ def train_loop(state, step_fn: Callable, batches: Iterator[dict], rng: jax.Array
             log.warning("%s%s received before the first step: nothing new to save (newest checkpoint: %s); "
                         "exiting", prefix, preemption.signal_name, "none" if newest is None else f"step {newest}")
             return LoopResult(state, step, True, last)
+        ckpt.warm_up(state)
         while step < total:
             state, metrics = step_fn(state, next(batches), rng)
             step += 1

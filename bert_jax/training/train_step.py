@@ -135,7 +135,10 @@ def train_step(state: TrainState, batch: dict, rng: jax.Array, *, graphdef, tx, 
         if "token_index" in batch:
             raise ValueError("unpadded batches (token_index) cannot be split into micro-batches: "
                              "use accumulation_steps=1 or unpad_multiple=0")
-        micro = jax.tree.map(lambda x: x.reshape(accumulation_steps, -1, *x.shape[1:]), batch)
+        # Micro-batch i takes rows i, i + k, i + 2k, ...: each device keeps its own rows in every
+        # micro-batch (a [k, rows/k] split of contiguous blocks would gather the batch across devices
+        # and repeat the work k times over them). [k, batch / k, ...]
+        micro = jax.tree.map(lambda x: x.reshape(-1, accumulation_steps, *x.shape[1:]).swapaxes(0, 1), batch)
 
         def body(carry, xs):
             i, mb = xs

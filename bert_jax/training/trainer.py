@@ -24,7 +24,7 @@ from jax.sharding import Mesh, NamedSharding
 from bert_jax.model.config import BertConfig
 from bert_jax.training import sharding as sh
 from bert_jax.training import train_step as ts
-from bert_jax.training.checkpoints import Checkpointer
+from bert_jax.training.checkpoints import Checkpointer, as_path
 from bert_jax.training.job import job
 from bert_jax.training.loop import train_loop
 from bert_jax.training.metric_writer import MetricWriter
@@ -231,6 +231,9 @@ def _initial_state(config, steps: PretrainingSteps, ckpt: Checkpointer, data, bl
         mode = config.get("init_mode", "state")
         if mode not in INIT_MODES:
             raise ValueError(f"config.init_mode={mode!r}: expected one of {INIT_MODES}")
+        if not (as_path(config.init_checkpoint) / "checkpoints").is_dir():  # Orbax would create it
+            raise FileNotFoundError(f"--config.init_checkpoint={config.init_checkpoint}: no checkpoints/ directory "
+                                    f"(expected the workdir of a pre-training run)")
         source = Checkpointer(config.init_checkpoint)
         try:
             if mode == "params":  # a new run on old weights: step 0, fresh optimizer, its own schedule
@@ -254,15 +257,18 @@ def _eval_input(config, block: tuple[int, int]):
     return None
 
 
-def run(config, workdir: str | Path) -> dict:
+def run(config, workdir: str | Path, preemption=None) -> dict:
     """Pre-trains per ``config`` in ``workdir``; returns the last logged train/eval metrics."""
-    with job(config, workdir) as j:
+    with job(config, workdir, preemption) as j:
         return _run(config, j)
 
 
 def _run(config, j) -> dict:
     workdir, is_main, preemption = j.workdir, j.is_main, j.preemption
     model_cfg = model_config(config, vocab_size_of(config))
+    if config.data.max_seq_length > model_cfg.max_length:
+        raise ValueError(f"--config.data.max_seq_length={config.data.max_seq_length}: expected at most "
+                         f"{model_cfg.max_length} (the model's max_position_embeddings)")
     steps = build_steps(config, model_cfg, sh.make_mesh(tuple(config.mesh_shape)))
     mesh, rules = steps.mesh, steps.rules
     block = sh.process_block(mesh, rules, config.batch_size)

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from input_pipeline import cli
-from input_pipeline.files import write_atomically
+from input_pipeline.files import check_output_file, write_atomically
 
 
 def parser() -> cli.ArgumentParser:
@@ -54,6 +54,9 @@ def run(init: str, text: str, output, *, text_b: str | None = None, png=None, la
 
     if not text.strip():
         raise ValueError("--text: expected a non-empty text")
+    for path in (output, png):
+        if path:
+            check_output_file(path)
     model, tokenizer = attention.load(init, vocab)
     num_layers, num_heads = model.cfg.num_layers, model.cfg.num_heads
     start = layer_index(layer, num_layers)

@@ -232,15 +232,15 @@ def test_ner_from_hf_checkpoint(conll, minilm_dir, tmp_path, load_config):
                                       ("squad", "version=2.0"), ("ner", "")])
 def test_configs_build_abstractly(name, arg, load_config):
     """Each fine-tuning config's model and optimizer state build with ShapeDtypeStructs only."""
-    from bert_jax.finetuning.trainer import _optimizer
+    from bert_jax.finetuning.trainer import _optimizer, model_stacked_axes
     from input_pipeline.tasks import make_task
 
     c = load_config(name, arg)
     task = make_task({**c.task.to_dict(), "source": c.task.source or "tfds"})
     cfg = BertConfig.from_size(c.model.size)
-    tx, _ = _optimizer(c, 1000)
-    mesh = sh.make_mesh((1, 1, 1), jax.devices()[:1])
     make_model = functools.partial(fs.make_model, cfg, task.kind, task.num_labels)
+    tx, _ = _optimizer(c, 1000, model_stacked_axes(make_model))
+    mesh = sh.make_mesh((1, 1, 1), jax.devices()[:1])
     state = state_layout(make_model, tx, mesh, c.sharding_rules).abstract
     n = sum(x.size for x in jax.tree.leaves(state.params))
     assert n > (300e6 if c.model.size == "large" else 100e6)

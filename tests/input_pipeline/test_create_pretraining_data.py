@@ -124,7 +124,7 @@ def test_tool_ngram_masks_reproduce(tiny_tok, tmp_path, write_token_corpus):
     for k, v in parsed.items():
         np.testing.assert_array_equal(v.numpy(), masked[3][k], err_msg=k)
     assert (masked[3]["masked_lm_positions"] != masked[0]["masked_lm_positions"]).any()  # not token masking
-    with pytest.raises(ValueError, match="ngram an int >= 0"):
+    with pytest.raises(ValueError, match="ngram=-2: expected an int >= 0"):
         cpd.create_pretraining_data(str(files[0]), str(tmp_path / "bad"), tiny_tok, ngram=-2, progress=False)
 
 

@@ -219,7 +219,8 @@ def test_sharded_update_equals_one_device(mesh_shape, rules):
 def test_accumulation_with_lamb_matches_one_big_batch():
     """Two micro-batches of 4 give the same LAMB step as one batch of 8 (FSDP mesh, equal weights).
     The key biases' true gradient is 0 (softmax ignores a shift of every score), so their Adam step is
-    rounding noise over eps (~1e-8): the absolute tolerance is set by the largest step of all."""
+    rounding noise over eps (~1e-8), and Adam's first step g / (|g| + eps) magnifies the rounding of
+    the summation order on gradients near eps: the absolute tolerance is 1e-4 of the largest step."""
     cfg = tiny()
     make_model = ts.pretraining_model(cfg, "nsp")
     tx, schedule = make_optimizer(lamb_config(), stacked=model_stacked_axes(make_model))
@@ -245,4 +246,4 @@ def test_accumulation_with_lamb_matches_one_big_batch():
     assert stacked["bert"]["layers"]["attention"]["query"]["kernel"] == 0
     largest = max(np.max(np.abs(a)) for a in jax.tree.leaves(out[0]))
     for a, b in zip(jax.tree.leaves(out[0]), jax.tree.leaves(out[1]), strict=True):
-        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5 * largest)
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-4 * largest)

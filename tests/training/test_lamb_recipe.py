@@ -91,3 +91,27 @@ def test_phase2_starts_from_phase1_params_with_a_fresh_optimizer(tmp_path, tiny_
     with pytest.raises(ValueError, match="init_mode='moments'"):
         trainer._initial_state(c, steps, empty, None, (0, 1))
     empty.close()
+
+
+@pytest.mark.slow
+def test_both_phases_run_and_phase2_rewarms(tmp_path, load_config):
+    """Phase 1 then phase 2 of the recipe, tiny and synthetic: phase 2's first step has lr 0 (its own
+    warmup), its second the warmup's first slope, not phase 1's last lr; it starts from phase 1's loss."""
+    from bert_jax.training.metric_writer import read_metrics
+
+    def config(phase, steps):
+        c = load_config("pretrain", f"size=tiny,recipe=lamb,phase={phase},runlocal,synthetic")
+        c.model.update(vocab_size=101, max_position_embeddings=32)
+        c.data.update(max_seq_length=16, max_predictions_per_seq=4)
+        c.batch_size, c.per_device_batch, c.num_train_steps = 16, 1, steps  # 2 micro-batches on 8 devices
+        c.log_every, c.checkpoint_every, c.eval_every = 1, steps, 0
+        return c
+
+    trainer.run(config(1, 4), tmp_path / "p1")
+    c2 = config(2, 20)
+    c2.init_checkpoint = str(tmp_path / "p1")
+    trainer.run(c2, tmp_path / "p2")
+    p1, p2 = read_metrics(tmp_path / "p1", "train"), read_metrics(tmp_path / "p2", "train")
+    assert [r["step"] for r in p2][:2] == [1, 2]
+    assert p2[0]["learning_rate"] == 0.0 < p2[1]["learning_rate"] == pytest.approx(4e-3 / 3)  # warmup: 3 steps
+    assert p1[-1]["learning_rate"] > 0

@@ -100,3 +100,19 @@ def test_uneven_dimensions_stay_replicated():
     spec = sh.logical_to_mesh(("vocab", "embed"), (30522, 768), mesh, RULES)
     assert spec == P(None, "fsdp")  # 30522 is not divisible by 4 tensor shards
     assert sh.logical_to_mesh(("embed", "embed"), (768, 768), mesh, RULES) == P("fsdp", None)  # axis used once
+
+
+@pytest.mark.slow
+def test_accumulation_keeps_each_devices_rows():
+    """Micro-batches take strided rows, so on a data-parallel mesh each device works on its own rows
+    of every micro-batch: the step moves no batch rows between devices (splitting contiguous blocks
+    instead all-gathered the batch and did each micro-batch's work k times over)."""
+    mesh = sh.make_mesh((8, 1, 1))
+    tx = optax.sgd(0.1)
+    layout = state_layout(ts.pretraining_model(CFG, "nsp"), tx, mesh, RULES)
+    step = jax.jit(functools.partial(ts.train_step, graphdef=layout.graphdef, tx=tx, schedule=lambda s: 1e-3,
+                                     accumulation_steps=4),
+                   in_shardings=(layout.shardings, sh.batch_sharding(mesh, RULES), None))
+    batch = {k: jax.ShapeDtypeStruct((32,) + v.shape[1:], v.dtype) for k, v in make_batch(32).items()}
+    text = step.lower(layout.target(), batch, jax.random.key(0)).compile().as_text()
+    assert "all-gather" not in text and "all-to-all" not in text
