@@ -9,6 +9,7 @@ import pytest
 from bert_jax.benchmark import finetune
 
 
+@pytest.mark.slow  # ~20-40 s (every mode compiles); the CLI and its errors stay in the fast set
 def test_tiny_run_reports_every_mode(tmp_path, capsys):
     out = tmp_path / "r.jsonl"
     r = finetune.main(["--lengths", "squad", "--size", "tiny", "--batch_size", "8", "--eval_batch_size", "8",
