@@ -24,12 +24,13 @@ from jax.sharding import Mesh, NamedSharding
 from bert_jax.model.config import BertConfig
 from bert_jax.training import sharding as sh
 from bert_jax.training import train_step as ts
-from bert_jax.training.checkpoints import Checkpointer, as_path
+from bert_jax.training.checkpoints import Checkpointer
 from bert_jax.training.job import job
 from bert_jax.training.loop import train_loop
 from bert_jax.training.metric_writer import MetricWriter
 from bert_jax.training.optim import make_optimizer
 from bert_jax.training.progress import Progress
+from bert_jax.training.resume import gather_data_states, initial_state
 from bert_jax.training.state import StateLayout, model_stacked_axes, state_layout
 
 log = logging.getLogger(__name__)
@@ -179,22 +180,6 @@ def build_steps(config, model_cfg: BertConfig, mesh: Mesh) -> PretrainingSteps:
     return PretrainingSteps(layout, train_fn, eval_fn, mesh, rules, batch_sh, schedule, accumulation)
 
 
-def gather_data_states(state: dict, block: int = 0) -> list[dict]:
-    """Every process's input position (they differ on a pod: each reads its own files), in the
-    order of their input blocks (`sh.process_block`), so each process resumes its own stream.
-    Single process: ``[state]``."""
-    if jax.process_count() == 1:
-        return [state]
-    from jax.experimental import multihost_utils
-
-    raw = json.dumps([block, state]).encode()
-    if len(raw) > 4096:
-        raise ValueError(f"input pipeline state too large to gather ({len(raw)} bytes)")
-    rows = multihost_utils.process_allgather(np.frombuffer(raw.ljust(4096), np.uint8))  # [processes, 4096]
-    rows = [json.loads(bytes(r).decode().strip()) for r in np.asarray(rows)]
-    return [s for _, s in sorted(rows, key=lambda row: row[0])]
-
-
 def evaluate(eval_fn, state, data, num_batches: int, mesh, rules,
              interrupted: Callable[[], bool] = lambda: False) -> dict | None:
     """Held-out metrics over ``num_batches`` batches; None if ``interrupted()`` turns true on the way."""
@@ -205,46 +190,6 @@ def evaluate(eval_fn, state, data, num_batches: int, mesh, rules,
         sums = eval_fn(state, sh.global_batch(next(data), mesh, rules))
         totals = sums if totals is None else jax.tree.map(lambda a, b: a + b, totals, sums)
     return {k: float(v) for k, v in ts.summarize(jax.device_get(totals)).items()}
-
-
-# What init_checkpoint carries over: "state" (parameters, optimizer state and step: the paper's phase 2
-# continues phase 1's schedule) or "params" (parameters only: the LAMB recipe's phase 2).
-INIT_MODES = ("state", "params")
-
-
-def _initial_state(config, steps: PretrainingSteps, ckpt: Checkpointer, data, block: tuple[int, int]):
-    """The workdir's checkpoint that ``config.restore`` names (default the newest; exact resume,
-    input position included), else ``init_checkpoint`` per ``init_mode`` (`INIT_MODES`), else a
-    fresh state."""
-    step = ckpt.restore_step(config.get("restore", "latest"))
-    if step is not None:
-        state, meta = ckpt.restore(steps.layout.target(), step)
-        ckpt.set_aside_after(step)
-        per_process = meta.get("data_per_process") or [meta["data"]]
-        if len(per_process) != block[1]:
-            raise ValueError(f"{ckpt.directory}: saved by {len(per_process)} processes, resumed by "
-                             f"{block[1]}; the input position cannot be carried over")
-        data.restore(per_process[block[0]])
-        log.info("resumed from %s at step %d", ckpt.directory, int(state.step))
-        return state
-    if config.get("init_checkpoint"):
-        mode = config.get("init_mode", "state")
-        if mode not in INIT_MODES:
-            raise ValueError(f"config.init_mode={mode!r}: expected one of {INIT_MODES}")
-        if not (as_path(config.init_checkpoint) / "checkpoints").is_dir():  # Orbax would create it
-            raise FileNotFoundError(f"--config.init_checkpoint={config.init_checkpoint}: no checkpoints/ directory "
-                                    f"(expected the workdir of a pre-training run)")
-        source = Checkpointer(config.init_checkpoint)
-        try:
-            if mode == "params":  # a new run on old weights: step 0, fresh optimizer, its own schedule
-                state = steps.layout.from_params(source.restore_params(steps.layout.target().params))
-            else:
-                state, _ = source.restore(steps.layout.target(), hint=False)
-        finally:
-            source.close()
-        log.info("initialised from %s (%s) at step %d", config.init_checkpoint, mode, int(state.step))
-        return state
-    return steps.layout.create(config.seed)
 
 
 def _eval_input(config, block: tuple[int, int]):
@@ -282,7 +227,7 @@ def _run(config, j) -> dict:
     batches = None
     last = {}
     try:
-        state = _initial_state(config, steps, ckpt, data, block)
+        state = initial_state(config, steps, ckpt, data, block)
         if prefetch:  # read, pack and place the next batches while the step runs
             from bert_jax.training.prefetch import DevicePrefetch
 

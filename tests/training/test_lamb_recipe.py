@@ -6,8 +6,8 @@ import jax
 import numpy as np
 import pytest
 
+from bert_jax.training import resume, trainer
 from bert_jax.training import sharding as sh
-from bert_jax.training import trainer
 from bert_jax.training.checkpoints import Checkpointer
 from bert_jax.training.optim import OptimizerConfig, bert_schedule, make_schedule
 
@@ -80,7 +80,7 @@ def test_phase2_starts_from_phase1_params_with_a_fresh_optimizer(tmp_path, tiny_
     empty = Checkpointer(tmp_path / "phase2", async_save=False)
     for mode, step in (("params", 0), ("state", 5)):
         c.init_mode = mode
-        got = trainer._initial_state(c, steps, empty, None, (0, 1))
+        got = resume.initial_state(c, steps, empty, None, (0, 1))
         assert int(got.step) == step
         for a, b in zip(jax.tree.leaves(got.params), jax.tree.leaves(state.params), strict=True):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
@@ -89,7 +89,7 @@ def test_phase2_starts_from_phase1_params_with_a_fresh_optimizer(tmp_path, tiny_
     assert float(steps.schedule(0)) == 0.0 < float(steps.schedule(5))  # phase 2's first lr: warmup from 0
     c.init_mode = "moments"
     with pytest.raises(ValueError, match="init_mode='moments'"):
-        trainer._initial_state(c, steps, empty, None, (0, 1))
+        resume.initial_state(c, steps, empty, None, (0, 1))
     empty.close()
 
 
