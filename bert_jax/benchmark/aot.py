@@ -32,6 +32,7 @@ import os
 import sys
 import time
 
+from bert_jax.model.execution import resolve_dtype
 from input_pipeline import cli
 
 
@@ -137,6 +138,8 @@ def load_config(spec: str, overrides: list[str]):
         if last not in node:
             raise ValueError(f"--config.{key}: the config has no key {last!r}")
         node[last] = tuple(value) if isinstance(node[last], tuple) and isinstance(value, list) else value
+    if config.get("model", {}).get("dtype") == "auto":  # "auto" means the platform that runs it: the TPU,
+        config.model.dtype = resolve_dtype("auto", "tpu")  # not this host's CPU
     return config
 
 

@@ -111,3 +111,10 @@ def test_find_max_batch_doubles_then_bisects(monkeypatch):
     assert best["batch_size"] == 96
     assert tried[:5] == [8, 16, 32, 64, 128] and 96 in tried and 104 in tried
     assert aot.find_max_batch(None, None, 8, 8, 2**20) is None  # not even one multiple fits
+
+
+def test_auto_dtype_means_the_tpus_not_the_hosts():
+    """Compiled on a CPU host for a TPU, the configs' dtype "auto" is the TPU's (bfloat16); an
+    explicit dtype stays as given."""
+    assert aot.load_config("configs/pretrain.py:size=tiny", []).model.dtype == "bfloat16"
+    assert aot.load_config("configs/pretrain.py:size=tiny", ["--config.model.dtype=float32"]).model.dtype == "float32"
