@@ -110,8 +110,8 @@ def get_config(arg=None):
     c.model = ml_collections.ConfigDict(dict(
         size=f"{args.model}-{args.size}" if sizes else args.size,
         vocab_size=30522,  # vocab_size comes from data.vocab unless data is synthetic
-        max_position_embeddings=512, dtype="auto", scan_layers=True, remat_policy="none",
-        attention_impl="auto", hidden_dropout_prob=0.1, attention_dropout_prob=0.1,
+        max_position_embeddings=512, dtype="auto", scan_layers="auto", remat_policy="none",
+        attention_impl="auto", dropout_impl="auto", hidden_dropout_prob=0.1, attention_dropout_prob=0.1,
         # The family's switches (bert_jax/model/config.py; None = the size's value, docs/family.md).
         embedding_size=config_dict.placeholder(int), share_layers=config_dict.placeholder(bool),
         position_offset=config_dict.placeholder(int), type_vocab_size=config_dict.placeholder(int),

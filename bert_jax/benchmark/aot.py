@@ -31,7 +31,7 @@ import sys
 import time
 
 from bert_jax.benchmark.tpu_topology import CHIPS, Chip, topology_name, tpu_devices  # noqa: F401 (aot.CHIPS ...)
-from bert_jax.model.execution import resolve_dtype
+from bert_jax.model.execution import resolve_dtype, resolve_scan
 from input_pipeline import cli
 
 
@@ -63,6 +63,8 @@ def load_config(spec: str, overrides: list[str]):
         node[last] = tuple(value) if isinstance(node[last], tuple) and isinstance(value, list) else value
     if config.get("model", {}).get("dtype") == "auto":  # "auto" means the platform that runs it: the TPU,
         config.model.dtype = resolve_dtype("auto", "tpu")  # not this host's CPU
+    if config.get("model", {}).get("scan_layers") == "auto":  # likewise: scanned on TPU
+        config.model.scan_layers = str(resolve_scan("auto", "tpu")).lower()
     return config
 
 

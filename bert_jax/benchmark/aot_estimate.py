@@ -83,8 +83,8 @@ def _with(config, **model):
     """``config`` with model fields replaced and no accumulation."""
     c = config.copy_and_resolve_references()
     with c.unlocked():
-        for k, v in model.items():
-            c.model[k] = v
+        for k, v in model.items():  # scan_layers is a string in the configs ("auto" | "true" | "false")
+            c.model[k] = str(v).lower() if isinstance(v, bool) and isinstance(c.model.get(k), str) else v
         c.optimizer.accumulation_steps = 1
         if "per_device_batch" in c:
             c.per_device_batch = 0

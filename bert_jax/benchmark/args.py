@@ -30,12 +30,17 @@ def parse_args(argv=None, usage: str = "") -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=3, help="untimed steps after compilation")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="compute dtype")
     p.add_argument("--remat", default="none", help="none | full | a jax.checkpoint_policies name")
-    p.add_argument("--scan", dest="scan", action="store_true", default=True, help="lax.scan over layers")
-    p.add_argument("--noscan", dest="scan", action="store_false", help="unrolled layers")
+    p.add_argument("--scan", dest="scan", action="store_const", const=True, default="auto",
+                   help="lax.scan over the layers' stacked parameters (default: the trainer's 'auto': "
+                        "unrolled on CPU, scanned on GPU/TPU)")
+    p.add_argument("--noscan", dest="scan", action="store_const", const=False,
+                   help="unrolled layers, each with its own parameters")
     p.add_argument("--attention_impl", default="auto", choices=("auto", "xla", "cudnn", "explicit"))
     p.add_argument("--attention_dropout", type=float, default=None,
                    help="default: the recipe's (BERT's 0.1 forces the explicit attention path; ALBERT's 0 allows "
                         "the fused one)")
+    p.add_argument("--dropout_impl", default="auto", choices=("auto", "jax", "fused"),
+                   help="how dropout draws its masks (model.dropout_impl; bert_jax/model/dropout.py)")
     p.add_argument("--rng_impl", default="threefry2x32", choices=("threefry2x32", "philox4x32", "rbg", "unsafe_rbg"),
                    help="PRNG of the dropout keys (config.rng_impl)")
     p.add_argument("--max_predictions", type=int, default=None, help="P (default: 5/32 of seq_len)")

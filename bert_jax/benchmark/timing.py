@@ -41,8 +41,9 @@ class Bench:
         m = config.model
         self.recipe_positions = m.max_position_embeddings
         dropout = m.attention_dropout_prob if args.attention_dropout is None else args.attention_dropout
-        m.update(vocab_size=args.vocab_size, dtype=args.dtype, scan_layers=args.scan, remat_policy=args.remat,
-                 attention_impl=args.attention_impl, attention_dropout_prob=dropout,
+        m.update(vocab_size=args.vocab_size, dtype=args.dtype, scan_layers=str(args.scan).lower(),
+                 remat_policy=args.remat,
+                 attention_impl=args.attention_impl, attention_dropout_prob=dropout, dropout_impl=args.dropout_impl,
                  max_position_embeddings=max(m.max_position_embeddings,
                                              args.seq_len + (m.position_offset or 0)))
         self.cfg = model_config(config, args.vocab_size)  # the recipe's model, as the trainer builds it
@@ -146,8 +147,9 @@ class Bench:
         return {"model": a.model, "size": a.size, "objective": self.objective, "num_params": counts["total"],
                 "params": counts,
                 "seq_len": a.seq_len, "batch_size": batch_size, "max_predictions": a.max_predictions,
-                "vocab_size": cfg.vocab_size, "dtype": a.dtype, "remat": a.remat, "scan": a.scan,
-                "rng_impl": a.rng_impl, "attention_impl": a.attention_impl, "unpad_multiple": a.unpad_multiple,
+                "vocab_size": cfg.vocab_size, "dtype": a.dtype, "remat": a.remat, "scan": cfg.scanned,
+                "rng_impl": a.rng_impl, "dropout_impl": a.dropout_impl, "attention_impl": a.attention_impl,
+                "unpad_multiple": a.unpad_multiple,
                 "attention_dropout": cfg.attention_dropout_prob,
                 "attention_path": path, "mesh": dict(self.mesh.shape), "devices": self.mesh.devices.size,
                 "device_kind": dev.device_kind, "platform": dev.platform, "jax": jax.__version__,

@@ -30,7 +30,7 @@ def base_config(task: dict, *, size: str, max_seq_length: int, batch_size: int, 
     # Shapes come from the init_checkpoint; `size` only matters from scratch. The rest are
     # execution settings applied on top of the checkpoint's config.
     c.model = ml_collections.ConfigDict(dict(
-        size=size, dtype="auto", scan_layers=True, remat_policy="none", attention_impl="auto",
+        size=size, dtype="auto", scan_layers="auto", remat_policy="none", attention_impl="auto", dropout_impl="auto",
         hidden_dropout_prob=0.1, attention_dropout_prob=0.1))
     c.max_seq_length = max_seq_length
     c.length_multiple = 32  # batches are cut to their longest row, rounded up to this

@@ -21,6 +21,7 @@ import numpy as np
 from flax import nnx, traverse_util
 
 from bert_jax.interop.families import Family, family
+from bert_jax.model import layer_layout
 from bert_jax.model.config import BertConfig
 from bert_jax.model.weights import full_paths, load_params
 
@@ -242,7 +243,7 @@ def export_hf(model: nnx.Module, cfg: BertConfig, out_dir: str | Path, *, model_
     """Writes ``config.json`` + ``model.safetensors`` that ``transformers`` loads. ``model_type``
     (bert, albert, electra, roberta) defaults to the one `model_type_of` the model; a model that
     family cannot hold (e.g. a pooler for ELECTRA) raises ValueError naming what does not fit."""
-    flat = traverse_util.flatten_dict(nnx.state(model, nnx.Param).to_pure_dict(), sep="/")
+    flat = layer_layout.stack(traverse_util.flatten_dict(nnx.state(model, nnx.Param).to_pure_dict(), sep="/"))
     if any(k.startswith("generator/") for k in flat):
         raise ValueError(f"export to {out_dir}: ELECTRA's two networks are two HF models: use export_electra")
     params = {full: flat[own] for full, own in full_paths(flat).items()}
@@ -253,7 +254,7 @@ def export_electra(model: nnx.Module, cfg: BertConfig, out_dir: str | Path) -> t
     """Both networks of a `bert_jax.model.electra.ElectraForPreTraining` as HF's
     ``out_dir/discriminator`` (``ElectraForPreTraining``) and ``out_dir/generator``
     (``ElectraForMaskedLM``), each holding a copy of the shared embeddings."""
-    flat = traverse_util.flatten_dict(nnx.state(model, nnx.Param).to_pure_dict(), sep="/")
+    flat = layer_layout.stack(traverse_util.flatten_dict(nnx.state(model, nnx.Param).to_pure_dict(), sep="/"))
     disc = {k: v for k, v in flat.items() if k.startswith(("bert/", "rtd/"))}
     gen = {k: v for k, v in flat.items() if k.startswith(("bert/embeddings/", "mlm/"))}
     gen |= {"bert/" + k.removeprefix("generator/"): v for k, v in flat.items() if k.startswith("generator/")}

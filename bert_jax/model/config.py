@@ -15,7 +15,7 @@ from typing import Any, Literal
 import jax
 import jax.numpy as jnp
 
-from bert_jax.model.execution import resolve_dtype
+from bert_jax.model.execution import DROPOUT_IMPLS, resolve_dtype, resolve_scan
 
 # name: (num_layers, hidden_size, num_heads). intermediate = 4 * hidden (the paper's choice).
 SIZES: dict[str, tuple[int, int, int]] = {
@@ -78,14 +78,23 @@ class BertConfig:
     # Compute dtype; "auto": bfloat16 on GPU/TPU, float32 on CPU (bert_jax/model/execution.py).
     dtype: str = "float32"
     param_dtype: str = "float32"
-    # Execution: jax.lax.scan over the stacked layers (fast compile) and rematerialisation.
-    scan_layers: bool = True
+    # Execution: jax.lax.scan over the layers' stacked parameters (fast compile), or unrolled blocks
+    # with per-layer parameters (False; faster on CPU); "auto": unrolled on CPU, scanned elsewhere
+    # (and for ALBERT's shared block).
+    # Stored weights load into either layout. Rematerialisation per block.
+    scan_layers: bool | Literal["auto"] = True
     remat_policy: str = "none"  # none | full | dots_saveable | ... (jax.checkpoint_policies names)
     # "auto": fused jax.nn.dot_product_attention unless probabilities or attention dropout are needed,
     # cuDNN flash attention on an NVIDIA GPU where it applies, else XLA (bert_jax/model/execution.py).
     attention_impl: Literal["auto", "xla", "cudnn", "explicit"] = "auto"
+    # How dropout draws its mask: "jax" (jax.random.bernoulli), "fused" (Threefry unrolled into the
+    # dropout's fusion: bert_jax/model/dropout.py); "auto": fused on CPU, jax elsewhere.
+    dropout_impl: Literal["auto", "jax", "fused"] = "auto"
 
     def __post_init__(self):
+        if isinstance(self.scan_layers, str) and self.scan_layers.lower() in ("true", "false"):
+            # ml_collections configs hold the field as a string ("auto" | "true" | "false")
+            object.__setattr__(self, "scan_layers", self.scan_layers.lower() == "true")
         checks = {
             "vocab_size": self.vocab_size > 0,
             "num_layers": self.num_layers > 0,
@@ -99,6 +108,8 @@ class BertConfig:
             "hidden_dropout_prob": 0.0 <= self.hidden_dropout_prob < 1.0,
             "attention_dropout_prob": 0.0 <= self.attention_dropout_prob < 1.0,
             "hidden_act": self.hidden_act in ("gelu", "gelu_new", "gelu_tanh", "relu"),
+            "dropout_impl": self.dropout_impl in DROPOUT_IMPLS,
+            "scan_layers": isinstance(self.scan_layers, bool) or self.scan_layers == "auto",
         }
         bad = [k for k, ok in checks.items() if not ok]
         if bad:
@@ -126,6 +137,17 @@ class BertConfig:
     def stored_layers(self) -> int:
         """How many blocks' parameters the encoder holds: 1 when shared, else num_layers."""
         return 1 if self.share_layers else self.num_layers
+
+    @property
+    def scanned(self) -> bool:
+        """``scan_layers`` with "auto" resolved for the platform JAX runs on."""
+        return resolve_scan(self.scan_layers, jax.default_backend(), shared=self.share_layers)
+
+    @property
+    def stacks_layers(self) -> bool:
+        """Whether the blocks' parameters are stacked on a ``layers`` axis (scanned, or ALBERT's
+        one shared block) rather than held per layer (``layers/0/...``)."""
+        return self.share_layers or self.scanned
 
     @property
     def compute_dtype(self) -> Any:

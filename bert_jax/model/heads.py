@@ -11,6 +11,7 @@ from flax import nnx
 
 from bert_jax.model import axes
 from bert_jax.model.config import BertConfig
+from bert_jax.model.dropout import Dropout
 from bert_jax.model.layers import ACTIVATIONS, dense, layer_norm
 
 
@@ -51,7 +52,7 @@ class ClassificationHead(nnx.Module):
         if num_labels < 1:
             raise ValueError(f"num_labels must be >= 1, got {num_labels}")
         self.dense = dense(cfg, cfg.hidden_size, num_labels, (axes.EMBED, None), rngs=rngs)
-        self.dropout = nnx.Dropout(cfg.hidden_dropout_prob if dropout else 0.0)
+        self.dropout = Dropout(cfg.hidden_dropout_prob if dropout else 0.0, cfg.dropout_impl)
 
     def __call__(self, x, *, deterministic=True, rngs=None):
         # x: [batch, embed] or [batch, length, embed]

@@ -16,6 +16,7 @@ from flax import nnx
 
 from bert_jax.model import axes
 from bert_jax.model.config import BertConfig
+from bert_jax.model.dropout import Dropout
 from bert_jax.model.execution import mask_kind, resolve_attention
 from bert_jax.model.token_layout import PADDED, TokenLayout
 
@@ -84,7 +85,7 @@ class Embeddings(nnx.Module):
         self.position_embeddings = embed(cfg.max_position_embeddings, None)
         self.token_type_embeddings = embed(cfg.type_vocab_size, None)
         self.layer_norm = layer_norm(cfg, rngs=rngs, width=cfg.embed_dim)
-        self.dropout = nnx.Dropout(cfg.hidden_dropout_prob)
+        self.dropout = Dropout(cfg.hidden_dropout_prob, cfg.dropout_impl)
 
     def __call__(self, input_ids, segment_ids, position_ids=None, *, deterministic=True, rngs=None):
         # input_ids, segment_ids, position_ids: [batch, length] int32; position_ids count from 0
@@ -125,7 +126,7 @@ class SelfAttention(nnx.Module):
         self.output = project(
             "BTNH,NHD->BTD", (n, h, d), (axes.HEADS, axes.KV, axes.EMBED), (d,), (axes.EMBED,)
         )
-        self.dropout = nnx.Dropout(cfg.attention_dropout_prob)
+        self.dropout = Dropout(cfg.attention_dropout_prob, cfg.dropout_impl)
 
     def __call__(self, x, mask, layout: TokenLayout = PADDED, *, deterministic=True, rngs=None,
                  return_probs=False):
@@ -181,7 +182,7 @@ class TransformerBlock(nnx.Module):
         self.attention_norm = layer_norm(cfg, rngs=rngs)
         self.ffn = FeedForward(cfg, rngs=rngs)
         self.output_norm = layer_norm(cfg, rngs=rngs)
-        self.dropout = nnx.Dropout(cfg.hidden_dropout_prob)
+        self.dropout = Dropout(cfg.hidden_dropout_prob, cfg.dropout_impl)
 
     def __call__(self, x, mask, layout: TokenLayout = PADDED, *, deterministic=True, rngs=None,
                  return_probs=False):

@@ -6,7 +6,9 @@ array}`` dict in our layout and calls `load_params`. It copies what is in scope,
 initialised, and refuses, listing every offending name at once, when anything in scope is missing,
 left over or misshapen.
 
-Paths are full paths: the encoder's parameters start with ``bert/``. A bare `BertEncoder` (whose own
+Paths are full paths: the encoder's parameters start with ``bert/``. Blocks may be stored stacked
+(``bert/layers/...``, ``[layers, ...]``) or per layer (``bert/layers/3/...``), and load into a model of
+either layout (`bert_jax.model.layer_layout`). A bare `BertEncoder` (whose own
 paths lack that prefix) and a stored bare encoder are both read as if they had it.
 """
 
@@ -16,6 +18,9 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 from flax import nnx, traverse_util
+
+from bert_jax.model import layer_layout
+from bert_jax.model.layer_layout import stacked_key
 
 
 class CheckpointMismatchError(ValueError):
@@ -46,23 +51,40 @@ def load_params(model: nnx.Module, stored: Mapping[str, np.ndarray], *, where: s
     """
     state = nnx.state(model, nnx.Param)
     ours = traverse_util.flatten_dict(state.to_pure_dict(), sep="/")
-    own = full_paths(ours)  # full path -> the model's own path
-    stored = {full: v for full, v in zip(full_paths(stored), stored.values(), strict=True)}
+    # Compared in the stacked layout (`bert_jax.model.layer_layout`): a per-layer model's blocks
+    # ("bert/layers/3/...") as the stacks a scanned model holds, so either layout loads either.
+    blocks: dict[str, list[tuple[int, str]]] = {}  # stacked full path -> [(layer, own path)]
+    own, shapes = {}, {}  # stacked full path -> own path (not per layer); -> (shape, dtype)
+    for full, path in full_paths(ours).items():
+        if (hit := stacked_key(full)) is not None:
+            blocks.setdefault(hit[0], []).append((hit[1], path))
+        else:
+            own[full], shapes[full] = path, (tuple(ours[path].shape), ours[path].dtype)
+    for key, rows in blocks.items():
+        rows.sort()
+        first = ours[rows[0][1]]
+        shapes[key] = ((len(rows), *first.shape), first.dtype)
+    stored = layer_layout.stack({full: v for full, v in zip(full_paths(stored), stored.values(), strict=True)})
     label = (lambda path: names.get(path, path)) if names else (lambda path: path)
+    own_paths = lambda key: [p for _, p in blocks[key]] if key in blocks else [own[key]]  # noqa: E731
     new, untouched, missing, bad = {}, [], [], []
-    for full, path in own.items():
+    for full, (shape_ours, dtype) in shapes.items():
         if not _in_scope(full, only):
-            untouched.append(path)
+            untouched += own_paths(full)
         elif full not in stored:
             if full.startswith(allow_missing):
-                untouched.append(path)
+                untouched += own_paths(full)
             else:
                 missing.append(label(full))
-        elif (shape := tuple(np.shape(stored[full]))) != tuple(ours[path].shape):
-            bad.append(f"{label(full)}: checkpoint {shape} vs model {tuple(ours[path].shape)}")
+        elif (shape := tuple(np.shape(stored[full]))) != shape_ours:
+            bad.append(f"{label(full)}: checkpoint {shape} vs model {shape_ours}")
         else:
-            new[path] = np.asarray(stored[full]).astype(ours[path].dtype)
-    extra = sorted([*unmatched, *(label(k) for k in stored if _in_scope(k, only) and k not in own)])
+            value = np.asarray(stored[full]).astype(dtype)
+            if full in blocks:
+                new.update({path: value[i] for i, path in blocks[full]})
+            else:
+                new[own[full]] = value
+    extra = sorted([*unmatched, *(label(k) for k in stored if _in_scope(k, only) and k not in shapes)])
     problems = [f"missing from {where}: {', '.join(sorted(missing))}"] if missing else []
     problems += [f"in {where} but not in the model: {', '.join(extra)}"] if extra else []
     problems += [f"shape mismatch in {where}: " + "; ".join(bad)] if bad else []

@@ -145,7 +145,8 @@ class Checkpointer:
             out = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target),
                                                                      meta=ocp.args.JsonRestore()))
         except (ValueError, KeyError) as e:
-            raise CheckpointRestoreError(self._cannot(step, f"does not fit this model/optimizer: {e}", hint)) from e
+            reason = self._layout_mismatch(step, target) or f"does not fit this model/optimizer: {e}"
+            raise CheckpointRestoreError(self._cannot(step, reason, hint)) from e
         except Exception as e:  # unreadable: truncated or missing files, bad JSON, tensorstore errors
             raise CheckpointRestoreError(self._cannot(step, f"{type(e).__name__}: {e}", hint)) from e
         saved = (out.meta or {}).get("fingerprint")
@@ -169,10 +170,25 @@ class Checkpointer:
         try:
             out = self.manager.restore(step, args=ocp.args.Composite(state=args))
         except (ValueError, KeyError) as e:
-            raise CheckpointRestoreError(self._cannot(step, f"its parameters do not fit this model: {e}", False)) from e
+            reason = self._layout_mismatch(step, item) or f"its parameters do not fit this model: {e}"
+            raise CheckpointRestoreError(self._cannot(step, reason, False)) from e
         except Exception as e:  # unreadable: truncated or missing files, tensorstore errors
             raise CheckpointRestoreError(self._cannot(step, f"{type(e).__name__}: {e}", False)) from e
         return out.state["params"]
+
+    def _layout_mismatch(self, step: int, target: Any) -> str | None:
+        """Why ``target`` cannot take step's state when the two hold the encoder's blocks in different
+        layouts (stacked for a scan, or per layer: `bert_jax.model.layer_layout`), else None."""
+        try:
+            stored = layers_layout(self.manager.item_metadata(step)["state"])
+        except Exception:  # noqa: BLE001  (no readable metadata: the caller's own reason stands)
+            return None
+        wanted = layers_layout(target)
+        if None in (stored, wanted) or stored == wanted:
+            return None
+        scan = "true" if stored == "stacked" else "false"
+        return (f"it holds the encoder's blocks {stored.replace('_', ' ')} and this model holds them "
+                f"{wanted.replace('_', ' ')}: run with --config.model.scan_layers={scan}, the layout it was saved with")
 
     def _cannot(self, step: int, reason: str, hint: bool) -> str:
         reason = " ".join(reason.split())
@@ -221,6 +237,20 @@ class Checkpointer:
             self.wait()
         finally:
             self.manager.close()
+
+
+def layers_layout(tree: Any) -> str | None:
+    """"per_layer" when a tree's paths hold ``layers/<index>/...``, "stacked" when they hold
+    ``layers/...`` without an index, None without a ``layers`` key."""
+    found = None
+    for path, _ in jax.tree_util.tree_leaves_with_path(tree, is_leaf=lambda x: x is None):
+        keys = [str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k)))) for k in path]
+        if "layers" in keys[:-1]:
+            after = keys[keys.index("layers") + 1]
+            if after.isdigit():
+                return "per_layer"
+            found = "stacked"
+    return found
 
 
 def read_tree(item: str | Path) -> dict[str, np.ndarray]:

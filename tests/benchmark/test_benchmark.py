@@ -115,7 +115,7 @@ def test_variant_arguments(capsys):
     args = benchmark.parse_args(["--size", "tiny", "--variant", "--noscan", "--variant=--rng_impl rbg", "--output", ""])
     (n1, v1), (n2, v2) = args.variants
     assert (n1, v1.scan, v1.rng_impl, v1.size, v1.output) == ("--noscan", False, "threefry2x32", "tiny", "")
-    assert (n2, v2.scan, v2.rng_impl) == ("--rng_impl rbg", True, "rbg")
+    assert (n2, v2.scan, v2.rng_impl) == ("--rng_impl rbg", "auto", "rbg")
     for argv, message in [(["--variant", "--seq_len 64"], "not the shapes or the mode; --seq_len"),
                           (["--variant", "rbg"], "no flag"),
                           (["--variant", "--reuse_host_memory reuse"], "--reuse_host_memory"),

@@ -6,9 +6,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import nnx
+from flax import nnx, traverse_util
 
-from bert_jax.model import axes
+from bert_jax.model import axes, layer_layout
 from bert_jax.model.config import BertConfig
 from bert_jax.model.encoder import BertEncoder
 from bert_jax.model.models import (
@@ -59,7 +59,8 @@ def _loss_and_grads(cfg):
         return out.mlm_logits.sum() + out.nsp_logits.sum()
 
     loss_value, grads = nnx.jit(nnx.value_and_grad(loss))(create(BertForPreTraining, cfg))
-    return loss_value, jax.tree.leaves(nnx.state(grads))
+    flat = traverse_util.flatten_dict(nnx.state(grads).to_pure_dict(), sep="/")
+    return loss_value, jax.tree.leaves(layer_layout.stack(flat))  # unrolled blocks: compared as stacks
 
 
 def test_execution_variants_agree():

@@ -149,24 +149,46 @@ def fast_jit(f, **kw):
 
 # --- the tests --------------------------------------------------------------------------------
 
+def per_layer(tree):
+    """The stacked tree with the encoder's blocks as the unrolled encoder holds them: layers/0, layers/1."""
+    layers = tree["bert"]["layers"]
+    n = jax.tree.leaves(layers)[0].shape[0]
+    return {**tree, "bert": {**tree["bert"], "layers": {str(i): jax.tree.map(lambda a, i=i: a[i], layers)
+                                                        for i in range(n)}}}
+
+
+def restacked(tree):
+    blocks = tree["bert"]["layers"]
+    stack = jax.tree.map(lambda *a: np.stack(a), *[blocks[str(i)] for i in range(len(blocks))])
+    return {**tree, "bert": {**tree["bert"], "layers": stack}}
+
+
 @pytest.mark.parametrize("case", ["scanned", "unrolled", pytest.param("albert_shared", marks=pytest.mark.slow),
                                   pytest.param("scanned_no_bias_correction", marks=pytest.mark.slow)])
 def test_stacked_update_equals_per_variable_reference(case):
-    """Both encoders keep one stacked tree (the unrolled one indexes it layer by layer), so the
-    optimizer sees the same leaves; ALBERT's shared block is a layers axis of length 1."""
+    """The scanned encoder stacks its blocks (one ratio per layer of each stack), the unrolled one
+    holds them per layer (one ratio per array); ALBERT's shared block is a layers axis of length 1.
+    Both give the per-variable reference's updates."""
     cfg = {"scanned": tiny(), "scanned_no_bias_correction": tiny(), "unrolled": tiny(scan_layers=False),
            "albert_shared": tiny(share_layers=True, embedding_size=64)}[case]
-    params = pretraining_tree(cfg)
+    params = pretraining_tree(tiny() if case == "unrolled" else cfg)  # stacked; layer 1 is 3x layer 0
     stacked = model_stacked_axes(ts.pretraining_model(cfg, "nsp"))
     layers = params["bert"]["layers"]["ffn"]["intermediate"]["kernel"].shape[0]
     assert layers == (1 if case == "albert_shared" else cfg.num_layers)
-    assert stacked["bert"]["layers"]["ffn"]["intermediate"]["kernel"] == 0
+    if case == "unrolled":
+        assert stacked["bert"]["layers"]["1"]["ffn"]["intermediate"]["kernel"] is None  # no layers axis
+    else:
+        assert stacked["bert"]["layers"]["ffn"]["intermediate"]["kernel"] == 0
     assert stacked["bert"]["embeddings"]["word_embeddings"]["embedding"] is None
     grads_seq = [gradients(params, s) for s in range(STEPS)]
     bc = case != "scanned_no_bias_correction"
     tx, _ = make_optimizer(lamb_config(bc), stacked=stacked)
-    ratio_error, adam_error = worst_relative_error(run_updates(tx, params, grads_seq),
-                                                   reference_lamb_updates(params, grads_seq, bias_correction=bc))
+    if case == "unrolled":
+        updates = [restacked(u) for u in run_updates(tx, per_layer(params), [per_layer(g) for g in grads_seq])]
+    else:
+        updates = run_updates(tx, params, grads_seq)
+    reference = reference_lamb_updates(params, grads_seq, bias_correction=bc)
+    ratio_error, adam_error = worst_relative_error(updates, reference)
     assert ratio_error < 1e-5, ratio_error
     assert adam_error < (3e-5 if bc else 1e-5), adam_error
 

@@ -1,0 +1,127 @@
+"""The encoder's two parameter layouts (bert_jax/model/layer_layout.py): stacked for a scan, per layer
+unrolled. Same initial values, outputs and gradients; stored weights of either layout load into
+either model; exports and checkpoints say which layout they hold."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx, traverse_util
+
+from bert_jax.interop import convert
+from bert_jax.model import layer_layout
+from bert_jax.model.config import BertConfig
+from bert_jax.model.execution import resolve_scan
+from bert_jax.model.models import BertForPreTraining
+from bert_jax.model.weights import CheckpointMismatchError, load_params
+from bert_jax.training.checkpoints import Checkpointer, CheckpointRestoreError, layers_layout
+
+CFG = BertConfig.from_size("tiny", vocab_size=120, num_layers=3, max_position_embeddings=64)
+
+
+def flat(model) -> dict[str, np.ndarray]:
+    return {k: np.asarray(v) for k, v in
+            traverse_util.flatten_dict(nnx.state(model, nnx.Param).to_pure_dict(), sep="/").items()}
+
+
+def build(scan, seed=0, **kw):
+    return BertForPreTraining(dataclasses.replace(CFG, scan_layers=scan, **kw), rngs=nnx.Rngs(seed))
+
+
+def batch():
+    r = np.random.RandomState(0)
+    ids = jnp.asarray(r.randint(5, 120, (2, 24)))
+    mask = jnp.asarray(np.arange(24)[None, :] < np.array([[24], [17]]), jnp.int32)
+    return ids, mask, jnp.zeros_like(ids)
+
+
+def test_config_resolves_scan_per_platform():
+    assert resolve_scan("auto", "cpu") is False
+    assert [resolve_scan("auto", p) for p in ("gpu", "cuda", "rocm", "tpu")] == [True] * 4
+    assert resolve_scan(True, "cpu") is True and resolve_scan(False, "tpu") is False
+    assert resolve_scan("auto", "cpu", shared=True) is True  # ALBERT: one block, nothing per layer
+    assert BertConfig(scan_layers="False").scan_layers is False  # ml_collections hands strings over
+    assert BertConfig(scan_layers="true").scan_layers is True
+    assert BertConfig(scan_layers="auto").scanned is (jax.default_backend() != "cpu")
+    with pytest.raises(ValueError, match="scan_layers"):
+        BertConfig(scan_layers="sometimes")
+
+
+def test_same_initial_values_outputs_and_gradients():
+    stacked, per_layer = build(True), build(False)
+    a, b = flat(stacked), flat(per_layer)
+    assert "bert/layers/attention/query/kernel" in a and a["bert/layers/attention/query/kernel"].shape[0] == 3
+    assert "bert/layers/2/attention/query/kernel" in b and "bert/layers/attention/query/kernel" not in b
+    assert set(layer_layout.stack(b)) == set(a)
+    for k, v in layer_layout.stack(b).items():
+        np.testing.assert_array_equal(v, a[k], err_msg=k)
+
+    ids, mask, seg = batch()
+
+    def loss(model):  # training mode: dropout on, the same keys per layer in both layouts
+        out = model.bert(ids, mask, seg, deterministic=False, rngs=nnx.Rngs(dropout=jax.random.key(4)))
+        return (out.sequence_output ** 2).mean()
+
+    la, ga = nnx.jit(nnx.value_and_grad(loss))(stacked)
+    lb, gb = nnx.jit(nnx.value_and_grad(loss))(per_layer)
+    assert float(la) == pytest.approx(float(lb), rel=1e-6)
+    ga = traverse_util.flatten_dict(ga.to_pure_dict(), sep="/")
+    gb = layer_layout.stack(traverse_util.flatten_dict(gb.to_pure_dict(), sep="/"))
+    for k in ga:
+        np.testing.assert_allclose(gb[k], ga[k], rtol=1e-5, atol=1e-7, err_msg=k)
+
+    outputs = nnx.jit(lambda m: m.bert(ids, mask, seg, output_hidden_states=True, output_attentions=True))
+    out_a, out_b = outputs(stacked), outputs(per_layer)
+    assert out_b.hidden_states.shape == (4, 2, 24, 128) and out_b.attentions.shape == (3, 2, 2, 24, 24)
+    np.testing.assert_allclose(out_b.hidden_states, out_a.hidden_states, atol=1e-6)
+    np.testing.assert_allclose(out_b.attentions, out_a.attentions, atol=1e-6)
+
+
+@pytest.mark.parametrize("source,target", [(True, False), (False, True)])
+def test_weights_of_either_layout_load_into_either(source, target):
+    stored = flat(build(source, seed=1))
+    model = build(target, seed=2)
+    assert load_params(model, stored, where="ckpt") == []
+    got = layer_layout.stack(flat(model))
+    for k, v in layer_layout.stack(stored).items():
+        np.testing.assert_array_equal(got[k], v, err_msg=k)
+
+
+def test_a_checkpoint_with_other_depth_names_the_stacks():
+    stored = flat(build(True))
+    with pytest.raises(CheckpointMismatchError, match=r"bert/layers/attention/query/kernel: checkpoint "
+                       r"\(3, 128, 2, 64\) vs model \(2, 128, 2, 64\)"):
+        load_params(build(False, num_layers=2), stored, where="ckpt")
+    per_layer = flat(build(False))
+    del per_layer["bert/layers/1/ffn/output/bias"]
+    with pytest.raises(ValueError, match=r"layers \[0, 2\] stored per layer"):
+        layer_layout.stack(per_layer)
+
+
+def test_exports_do_not_depend_on_layout(tmp_path):
+    from safetensors.numpy import load_file
+
+    a = load_file(convert.export_hf(build(True), CFG, tmp_path / "a") / "model.safetensors")
+    b = load_file(convert.export_hf(build(False), CFG, tmp_path / "b") / "model.safetensors")
+    assert set(a) == set(b) and "bert.encoder.layer.2.attention.self.query.weight" in a
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+def test_resume_across_layouts_says_which_flag(tmp_path):
+    per_layer = {"step": jnp.int32(1), "params": nnx.state(build(False), nnx.Param).to_pure_dict()}
+    assert layers_layout(per_layer) == "per_layer"
+    stacked = jax.eval_shape(lambda: {"step": jnp.int32(1), "params": nnx.state(build(True), nnx.Param).to_pure_dict()})
+    assert layers_layout(stacked) == "stacked"
+    ckpt = Checkpointer(tmp_path, async_save=False)
+    try:
+        ckpt.save(1, per_layer, {"step": 1})
+        with pytest.raises(CheckpointRestoreError, match=r"holds the encoder's blocks per layer and this model "
+                           r"holds them stacked: run with --config.model.scan_layers=false"):
+            ckpt.restore(stacked, 1)
+    finally:
+        ckpt.close()
