@@ -96,8 +96,12 @@ def _unknown_override(e: LookupError | AttributeError, argv: list[str]) -> str |
 def main(argv, fv: flags.FlagValues = FLAGS):
     if len(argv) > 1:
         raise ValueError(f"unexpected arguments: {argv[1:]} (flags are --name=value)")
-    from bert_jax import launch
     from bert_jax.training import host_memory
+
+    # First: on a CPU backend the command re-executes itself once with glibc's huge pages for large
+    # buffers (config.host_huge_pages; bert_jax/training/host_memory.py).
+    host_memory.use_huge_pages(fv.config.get("host_huge_pages", "auto"))
+    from bert_jax import launch
 
     # Before JAX starts its backend: config.reuse_host_memory (bert_jax/training/host_memory.py).
     host_memory.reuse_freed_memory(fv.config.get("reuse_host_memory", "default"))

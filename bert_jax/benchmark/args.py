@@ -63,6 +63,9 @@ def parse_args(argv=None, usage: str = "") -> argparse.Namespace:
                    help="XLA compiler option for the step, repeatable (e.g. xla_backend_optimization_level=0)")
     p.add_argument("--compare", default="", metavar="hf-torch,hf-flax",
                    help="also time these reference implementations, taking turns with ours")
+    p.add_argument("--references_only", action="store_true",
+                   help="--compare: time only the references, not our step (for one process per implementation: "
+                        "bert_jax/benchmark/processes.py)")
     p.add_argument("--compare_block", type=int, default=5, help="--compare: steps per turn of each implementation")
     p.add_argument("--variant", action="append", default=[], metavar='"--FLAG VALUE ..."',
                    help="also time our step with these flags added, taking turns (repeatable)")
@@ -72,6 +75,9 @@ def parse_args(argv=None, usage: str = "") -> argparse.Namespace:
     p.add_argument("--reuse_host_memory", default="default", choices=("auto", "reuse", "default"),
                    help="keep freed host buffers mapped (bert_jax/training/host_memory.py; the whole process, "
                         "references too)")
+    p.add_argument("--host_huge_pages", default="auto", choices=("auto", "off"),
+                   help="as train.py's config.host_huge_pages: on a CPU backend re-execute once with glibc's "
+                        "transparent huge pages for large buffers (the whole process, references too)")
     p.add_argument("--json", action="store_true", help="print the JSON line instead of a summary")
     p.add_argument("--output", default="", metavar="PATH",
                    help="append each result to PATH as a JSON line (default: no results file)")
@@ -150,7 +156,7 @@ def variant_args(parser, argv: list[str], variant: str) -> argparse.Namespace:
     extra = shlex.split(variant)
     flags = {x.split("=")[0] for x in extra if x.startswith("--")}
     clash = sorted(flags & {*SHAPE_FLAGS, "--variant", "--compare", "--memory_only", "--find_max_batch",
-                            "--reuse_host_memory"})  # a setting of the whole process
+                            "--reuse_host_memory", "--host_huge_pages"})  # settings of the whole process
     if clash or not flags:
         parser.error(f"--variant {variant!r}: expected flags that change how the step runs (e.g. '--rng_impl rbg'), "
                      f"not the shapes or the mode; {', '.join(clash) or 'no flag'} given")
@@ -169,6 +175,8 @@ def check_args(parser, args) -> None:
                      f"--model {args.model}")
     if args.memory_only or args.find_max_batch:
         parser.error("--compare and --variant time steps: they do not go with --memory_only or --find_max_batch")
+    if args.references_only and (not args.compare or args.variant):
+        parser.error("--references_only times the --compare implementations alone: give --compare, and no --variant")
     if not args.compare:
         return
     for a in [args, *(v for _, v in getattr(args, "variants", []))]:

@@ -65,6 +65,8 @@ from input_pipeline.cli import UserError
 
 def main(argv=None) -> list[dict]:
     args = parse_args(argv, usage=__doc__)
+    if argv is None:  # the command itself (not a test calling main): as train.py, huge pages first
+        host_memory.use_huge_pages(args.host_huge_pages)
     host_memory.reuse_freed_memory(args.reuse_host_memory)  # before JAX starts; the whole process
     compare = None
     if args.compare or args.variants:

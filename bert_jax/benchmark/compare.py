@@ -86,7 +86,7 @@ def compare(bench, batch_size: int) -> dict:
     peak = device_peak(a.dtype, bench.mesh.devices.size)
     data = bench.data(batch_size, packed=False)
     batches = [next(data) for _ in range(4)]  # the four batches ours cycles through (unless it packs)
-    impls = [ours(bench, batch_size, peak)]
+    impls = [] if a.references_only else [ours(bench, batch_size, peak)]
     impls += [ours(Bench(v), batch_size, peak if v.dtype == a.dtype else device_peak(v.dtype, bench.mesh.devices.size),
                    name) for name, v in a.variants]
     builders = {"hf-torch": hf_torch, "hf-flax": hf_flax}  # IMPLEMENTATIONS
@@ -110,15 +110,18 @@ def compare(bench, batch_size: int) -> dict:
             "achieved_flops_per_s": round(flop_s), "peak_flops_per_s": peak_flops and round(peak_flops),
             "peak_source": source, "mfu": peak_flops and round(flop_s / peak_flops, 4)})
     for r in rows:  # > 1: ours is faster (real tokens: a packing variant does more examples a step)
-        r["ours_over_theirs"] = round(rows[0]["tokens_per_s"] / r["tokens_per_s"], 3)
-        r["ours_over_theirs_real_tokens"] = round(rows[0]["real_tokens_per_s"] / r["real_tokens_per_s"], 3)
+        first = None if a.references_only else rows[0]
+        r["ours_over_theirs"] = first and round(first["tokens_per_s"] / r["tokens_per_s"], 3)
+        r["ours_over_theirs_real_tokens"] = first and round(first["real_tokens_per_s"] / r["real_tokens_per_s"], 3)
     versions = {k: v.__version__ for k, v in libs.items()}
     return {"mode": "compare", **bench.describe(batch_size), **{f"{k}_version": v for k, v in versions.items()},
             "steps": a.steps, "warmup": max(a.warmup, 1), "compare_block": max(a.compare_block, 1),
             "torch_threads": a.torch_threads if "hf-torch" in a.compare else None, "variants": a.variant,
             "flops_formula": bench.formula(), "dense_mlm_head": "P = S", "implementations": rows,
-            "ratio_tokens_per_s": {r["name"]: r["ours_over_theirs"] for r in rows[1:]},
-            "ratio_real_tokens_per_s": {r["name"]: r["ours_over_theirs_real_tokens"] for r in rows[1:]}}
+            "references_only": a.references_only,
+            "ratio_tokens_per_s": {} if a.references_only else {r["name"]: r["ours_over_theirs"] for r in rows[1:]},
+            "ratio_real_tokens_per_s": {} if a.references_only else {
+                r["name"]: r["ours_over_theirs_real_tokens"] for r in rows[1:]}}
 
 
 def summary(r: dict) -> str:
@@ -136,7 +139,7 @@ def summary(r: dict) -> str:
         lines.append(f"  {x['name']:<{w}} {x['device']:<6} {compile_s:>8} {x['step_time_median_s'] * 1e3:>7.1f} ms "
                      f"{x['step_time_min_s'] * 1e3:>7.1f} ms {x['tokens_per_s']:>10.0f} "
                      f"{x['real_tokens_per_s']:>10.0f} {x['mlm_head']:>9} {x['model_flops_per_step'] / 1e9:>11.2f} "
-                     f"{mfu:>6} {x['ours_over_theirs']:>9.2f} {x['ours_over_theirs_real_tokens']:>7.2f}  "
+                     f"{mfu:>6} {x['ours_over_theirs'] or 0:>9.2f} {x['ours_over_theirs_real_tokens'] or 0:>7.2f}  "
                      f"{x['loss_first']} -> {x['loss_last']}")
     lines += [f"  {x['name']}: {x['label']}; peak {x['peak_source']}" for x in r["implementations"]]
     lines.append(f"  model FLOPs: {r['flops_formula']}; a dense MLM head has {r['dense_mlm_head']}")

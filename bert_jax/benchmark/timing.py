@@ -153,7 +153,8 @@ class Bench:
                 "attention_dropout": cfg.attention_dropout_prob,
                 "attention_path": path, "mesh": dict(self.mesh.shape), "devices": self.mesh.devices.size,
                 "device_kind": dev.device_kind, "platform": dev.platform, "jax": jax.__version__,
-                "load_average": [round(x, 2) for x in os.getloadavg()]}
+                "load_average": [round(x, 2) for x in os.getloadavg()],
+                "glibc_tunables": os.environ.get("GLIBC_TUNABLES", "")}  # huge pages: bert_jax/training/host_memory.py
 
 
 def time_steps(bench: Bench, compiled, batch_size: int) -> tuple[list[float], float, float]:
@@ -212,7 +213,8 @@ def summary(r: dict) -> str:
     batch = "" if r["batch_size"] is None else f"batch {r['batch_size']} "
     lines = [f"{r['mode']}: {model_name(r)} ({r['num_params'] / 1e6:.1f}M params) seq_len {r['seq_len']} {batch}"
              f"P {r['max_predictions']} {r['dtype']} remat={r['remat']} scan={r['scan']} "
-             f"on {r['devices']} x {r['device_kind']} (load {r['load_average'][0]})",
+             f"on {r['devices']} x {r['device_kind']} (load {r['load_average'][0]})"
+             + ("; huge pages" if "hugetlb=1" in r.get("glibc_tunables", "") else ""),
              f"  attention: {r['attention_path']}", paper_params.summary(r["params"])]
     if r.get("unpad_multiple"):
         lines[1] += f"; blocks on the real tokens only (--unpad_multiple {r['unpad_multiple']})"
