@@ -10,6 +10,7 @@ workdir as it was (bert_jax/launch.py). A run whose loss becomes NaN/Inf prints 
 naming the step and the last good checkpoint and exits with status 1.
 """
 
+import functools
 import gc
 import logging as pylogging
 import os
@@ -93,14 +94,14 @@ def _unknown_override(e: LookupError | AttributeError, argv: list[str]) -> str |
     return None
 
 
-def main(argv, fv: flags.FlagValues = FLAGS):
+def main(argv, fv: flags.FlagValues = FLAGS, *, command: bool = False):
+    """``command``: run as ``python train.py`` (not called in-process, e.g. by a test)."""
     if len(argv) > 1:
         raise ValueError(f"unexpected arguments: {argv[1:]} (flags are --name=value)")
     from bert_jax.training import host_memory
 
-    # First: on a CPU backend the command re-executes itself once with glibc's huge pages for large
-    # buffers (config.host_huge_pages; bert_jax/training/host_memory.py).
-    host_memory.use_huge_pages(fv.config.get("host_huge_pages", "auto"))
+    if command:  # first: on a CPU backend the command re-executes itself once with glibc's huge pages
+        host_memory.use_huge_pages(fv.config.get("host_huge_pages", "auto"))  # (bert_jax/training/host_memory.py)
     from bert_jax import launch
 
     # Before JAX starts its backend: config.reuse_host_memory (bert_jax/training/host_memory.py).
@@ -129,4 +130,4 @@ def main(argv, fv: flags.FlagValues = FLAGS):
 
 if __name__ == "__main__":
     define_flags()
-    cli.run_absl(main, flags_parser=parse_flags)
+    cli.run_absl(functools.update_wrapper(functools.partial(main, command=True), main), flags_parser=parse_flags)

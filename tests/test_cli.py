@@ -37,6 +37,8 @@ CLIS = {
                                         "--topology 'v2-8'"),
     "bert_jax.benchmark.finetune": (["-m", "bert_jax.benchmark.finetune"], ["--lengths", "--modes", "--vocab"],
                                     ["--size", "tiny", "--vocab", "{tmp}/vocab.txt"], "{tmp}/vocab.txt"),
+    "bert_jax.benchmark.processes": (["-m", "bert_jax.benchmark.processes"], ["--rounds", "--references"],
+                                     ["--rounds", "0", "--", "--size", "tiny"], "--rounds 0"),
     "bert_jax.benchmark.pipeline": (["-m", "bert_jax.benchmark.pipeline"], ["--source", "--shards", "--masking"],
                                     ["--source", "{tmp}/corpus.txt"], "{tmp}/corpus.txt"),
     "bert_jax.interop.extract_features": (["-m", "bert_jax.interop.extract_features"],

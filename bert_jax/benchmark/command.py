@@ -49,6 +49,10 @@ FlaxBertForPreTraining on the same shapes in the same run, taking turns with our
 (bert_jax/benchmark/compare.py, bert_jax/benchmark/hf.py; needs ``pip install -e '.[bench]'``).
 ``--variant "FLAGS"`` (repeatable) times our step again with FLAGS added to the command line, in
 the same turns: the way to measure a lever's before/after on a machine whose speed drifts.
+``--references_only`` times the ``--compare`` implementations without ours; with it
+``python -m bert_jax.benchmark.processes`` runs each implementation in a process of its own, taking
+turns, as their users run them. Like ``train.py``, the command first re-executes itself once with
+glibc's huge pages on a CPU backend (``--host_huge_pages auto``; bert_jax/training/host_memory.py).
 """
 
 from __future__ import annotations

@@ -114,7 +114,10 @@ def test_find_max_batch_doubles_then_bisects(monkeypatch):
 
 
 def test_auto_dtype_means_the_tpus_not_the_hosts():
-    """Compiled on a CPU host for a TPU, the configs' dtype "auto" is the TPU's (bfloat16); an
-    explicit dtype stays as given."""
-    assert aot.load_config("configs/pretrain.py:size=tiny", []).model.dtype == "bfloat16"
+    """Compiled on a CPU host for a TPU, the configs' "auto" settings are the TPU's (bfloat16, scanned
+    layers, jax.random's dropout bits); an explicit setting stays as given."""
+    model = aot.load_config("configs/pretrain.py:size=tiny", []).model
+    assert (model.dtype, model.scan_layers, model.dropout_impl) == ("bfloat16", "true", "jax")
+    assert aot.load_config("configs/pretrain.py:size=tiny", ["--config.model.scan_layers=false"]).model.scan_layers \
+        == "false"
     assert aot.load_config("configs/pretrain.py:size=tiny", ["--config.model.dtype=float32"]).model.dtype == "float32"
