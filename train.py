@@ -100,8 +100,11 @@ def main(argv, fv: flags.FlagValues = FLAGS, *, command: bool = False):
         raise ValueError(f"unexpected arguments: {argv[1:]} (flags are --name=value)")
     from bert_jax.training import host_memory
 
+    pages = fv.config.get("host_huge_pages", "auto")
+    if pages not in host_memory.HUGE_PAGE_MODES:
+        raise ValueError(f"--config.host_huge_pages={pages!r}: expected one of {host_memory.HUGE_PAGE_MODES}")
     if command:  # first: on a CPU backend the command re-executes itself once with glibc's huge pages
-        host_memory.use_huge_pages(fv.config.get("host_huge_pages", "auto"))  # (bert_jax/training/host_memory.py)
+        host_memory.use_huge_pages(pages)  # (bert_jax/training/host_memory.py)
     from bert_jax import launch
 
     # Before JAX starts its backend: config.reuse_host_memory (bert_jax/training/host_memory.py).
