@@ -23,6 +23,7 @@ from tests.fixtures.multiprocess import run_processes
 from tests.fixtures.multiprocess_job import JOB, STEPS, metrics, pretrain_config
 
 
+@pytest.mark.slow  # 120-180 s on 2 cores, a quarter of the fast suite's budget: make test-all runs it
 def test_two_processes(multiprocess_corpus, glue_dir, tmp_path):
     """One process × 4 devices, then two processes × 2 devices (both pre-train 4 steps, then
     fine-tune RTE from their checkpoint), then two processes resuming the second run from its
