@@ -239,12 +239,17 @@ class Checkpointer:
             self.manager.close()
 
 
+def key_names(path) -> list[str]:
+    """A pytree path's keys as strings (dict keys, sequence indices, attribute names)."""
+    return [str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k)))) for k in path]
+
+
 def layers_layout(tree: Any) -> str | None:
     """"per_layer" when a tree's paths hold ``layers/<index>/...``, "stacked" when they hold
     ``layers/...`` without an index, None without a ``layers`` key."""
     found = None
     for path, _ in jax.tree_util.tree_leaves_with_path(tree, is_leaf=lambda x: x is None):
-        keys = [str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k)))) for k in path]
+        keys = key_names(path)
         if "layers" in keys[:-1]:
             after = keys[keys.index("layers") + 1]
             if after.isdigit():
@@ -264,8 +269,7 @@ def read_tree(item: str | Path) -> dict[str, np.ndarray]:
         restored = ckptr.restore(item, jax.tree.map(
             lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=host), tree))
     # Every leaf, lists and tuples included (optax states hold them): "opt_state/0/mu/bert/...".
-    return {"/".join(str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k)))) for k in path): np.asarray(v)
-            for path, v in jax.tree_util.tree_leaves_with_path(restored)}
+    return {"/".join(key_names(path)): np.asarray(v) for path, v in jax.tree_util.tree_leaves_with_path(restored)}
 
 
 def read_params(path: str | Path) -> tuple[dict, epath.Path]:
