@@ -140,10 +140,12 @@ def get_config(arg=None):
         shuffle_buffer=10_000, seed=0))
 
     c.batch_size = 256  # global, across all devices and hosts
-    # > 0: rows per batch shard (data x fsdp devices) in one micro-batch; the step then accumulates
-    # batch_size / (per_device_batch x shards) micro-batches (bert_jax/training/trainer.py). 0: none
-    # (optimizer.accumulation_steps as given).
-    c.per_device_batch = args.per_device
+    # "N" > 0: rows per batch shard (data x fsdp devices) in one micro-batch; the step then accumulates
+    # batch_size / (per_device_batch x shards) micro-batches (bert_jax/training/trainer.py), each
+    # dividing its loss by the whole batch's counts (the same gradient as one batch). "0": none
+    # (optimizer.accumulation_steps as given). "auto": micro-batches of 8 rows on the CPU, where they
+    # measured faster (docs/benchmarks.md), none on GPU/TPU (bert_jax/model/execution.py).
+    c.per_device_batch = str(args.per_device) if args.per_device else "auto"
     c.num_train_steps = PAPER_STEPS if long else PHASE1_STEPS
     c.init_checkpoint = ""  # phase 2: phase 1's workdir
     # What init_checkpoint carries over: "state" (parameters, optimizer state and step: the paper's
@@ -215,13 +217,13 @@ def lamb(c, args):
     the Wikipedia excerpt, batch 128 as 4 micro-batches of 32 on one CPU, 40 steps."""
     p = LAMB_PHASES[args.phase]
     c.batch_size, c.num_train_steps = p["batch"], p["steps"]
-    c.per_device_batch = args.per_device or p["per_device"]
+    c.per_device_batch = str(args.per_device or p["per_device"])
     c.init_mode = "params" if args.phase == 2 else "state"
     c.optimizer.update(optimizer="lamb", learning_rate=p["lr"], weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-6,
                        clip_norm=1.0, bias_correction=True, schedule="bert", decay_power=0.5)
     if args.runlocal:
         c.batch_size, c.num_train_steps = 128, 40
-        c.per_device_batch = args.per_device or 32
+        c.per_device_batch = str(args.per_device or 32)
     # Warmup and decay follow num_train_steps (--config.num_train_steps=N keeps the phase's shape).
     steps = c.get_ref("num_train_steps")
     c.optimizer.num_train_steps = steps

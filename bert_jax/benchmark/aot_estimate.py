@@ -86,8 +86,8 @@ def _with(config, **model):
         for k, v in model.items():  # scan_layers is a string in the configs ("auto" | "true" | "false")
             c.model[k] = str(v).lower() if isinstance(v, bool) and isinstance(c.model.get(k), str) else v
         c.optimizer.accumulation_steps = 1
-        if "per_device_batch" in c:
-            c.per_device_batch = 0
+        if "per_device_batch" in c:  # a string in configs/pretrain.py ("auto" | "N")
+            c.per_device_batch = "0" if isinstance(c.per_device_batch, str) else 0
     return c
 
 

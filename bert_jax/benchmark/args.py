@@ -43,6 +43,10 @@ def parse_args(argv=None, usage: str = "") -> argparse.Namespace:
                    help="how dropout draws its masks (model.dropout_impl; bert_jax/model/dropout.py)")
     p.add_argument("--rng_impl", default="threefry2x32", choices=("threefry2x32", "philox4x32", "rbg", "unsafe_rbg"),
                    help="PRNG of the dropout keys (config.rng_impl)")
+    p.add_argument("--per_device_batch", default="auto", metavar="auto|N",
+                   help="rows per device in one micro-batch (config.per_device_batch): auto = 8 on the CPU when "
+                        "the batch is a larger multiple of 8, else the whole batch (and with --find_max_batch, "
+                        "which sizes whole batches for accelerator memory); 0 = the whole batch")
     p.add_argument("--max_predictions", type=int, default=None, help="P (default: 5/32 of seq_len)")
     p.add_argument("--short_seq_prob", type=float, default=None,
                    help="synthetic example lengths: with this probability uniform in [2, S], else S (the "
@@ -90,6 +94,10 @@ def parse_args(argv=None, usage: str = "") -> argparse.Namespace:
     if args.max_predictions is None:
         args.max_predictions = max(1, round(args.seq_len * 5 / 32))  # the paper's 20 at 128, 80 at 512
     check_counts(p, args)
+    if args.per_device_batch != "auto" and not args.per_device_batch.isdigit():
+        p.error(f"--per_device_batch {args.per_device_batch}: expected auto or rows per device >= 0")
+    if args.find_max_batch and args.per_device_batch == "auto":
+        args.per_device_batch = "0"
     args.compare = [x for x in args.compare.split(",") if x]
     if args.mesh is None:
         args.mesh = "1,1,1" if args.compare else "-1,1,1"

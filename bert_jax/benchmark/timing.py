@@ -27,6 +27,13 @@ from input_pipeline.synthetic import SyntheticBatches
 from input_pipeline.unpadding import token_index, with_token_index
 
 
+def dict_with(config, **fields):
+    """A copy of ``config`` with ``fields`` replaced."""
+    c = config.copy_and_resolve_references()
+    c.update(fields)
+    return c
+
+
 def mean_real_tokens(batches: list[dict[str, np.ndarray]]) -> float:
     """Mean real (not padding) tokens per batch."""
     return float(np.mean([b["input_mask"].sum() for b in batches]))
@@ -46,15 +53,18 @@ class Bench:
                  attention_impl=args.attention_impl, attention_dropout_prob=dropout, dropout_impl=args.dropout_impl,
                  max_position_embeddings=max(m.max_position_embeddings,
                                              args.seq_len + (m.position_offset or 0)))
+        config.update(per_device_batch=args.per_device_batch, unpad_multiple=args.unpad_multiple)
+        self.config = config
         self.cfg = model_config(config, args.vocab_size)  # the recipe's model, as the trainer builds it
         self.objective = config.objective
         self.generator_fraction = config.electra.generator_fraction if "electra" in config else None
         shape = tuple(int(x) for x in args.mesh.split(","))
         devices = jax.devices() if -1 in shape else jax.devices()[: math.prod(shape)]
         self.mesh = sh.make_mesh(shape, devices)
-        steps = build_steps(config, self.cfg, self.mesh)  # the trainer's own step, optimizer and shardings
+        # The trainer's own step, optimizer and shardings (the state's layout does not depend on the batch).
+        steps = build_steps(dict_with(config, per_device_batch="0"), self.cfg, self.mesh)
         self.layout, self.rules, self.batch_sh = steps.layout, steps.rules, steps.batch_sharding
-        self.step_fn = steps.train_fn
+        self._steps: dict[int, object] = {}  # batch size -> its PretrainingSteps (micro-batches follow the batch)
         self.rng, self.state = jax.random.key(0, impl=args.rng_impl), None
         self._host: tuple[int | None, list] = (None, [])  # (batch size, its host batches)
         self.compiler_options = {k: json.loads(v) if v[:1].isdigit() or v in ("true", "false") else v
@@ -96,7 +106,13 @@ class Bench:
                              f"{dict(self.mesh.shape)}")
         # The shapes of the batches the steps will see (unpadded: the token count depends on the data).
         batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in self.host_batches(batch_size, 1)[0].items()}
-        return self.step_fn.lower(self.layout.abstract, batch, self.rng)
+        return self.steps(batch_size).train_fn.lower(self.layout.abstract, batch, self.rng)
+
+    def steps(self, batch_size: int):
+        """The trainer's steps for a global batch of ``batch_size`` (its micro-batches: `accumulation_steps`)."""
+        if batch_size not in self._steps:
+            self._steps[batch_size] = build_steps(dict_with(self.config, batch_size=batch_size), self.cfg, self.mesh)
+        return self._steps[batch_size]
 
     def compile(self, batch_size: int):
         """(compiled step, lower seconds, compile seconds), from shapes only."""
@@ -149,7 +165,8 @@ class Bench:
                 "seq_len": a.seq_len, "batch_size": batch_size, "max_predictions": a.max_predictions,
                 "vocab_size": cfg.vocab_size, "dtype": a.dtype, "remat": a.remat, "scan": cfg.scanned,
                 "rng_impl": a.rng_impl, "dropout_impl": a.dropout_impl, "attention_impl": a.attention_impl,
-                "unpad_multiple": a.unpad_multiple,
+                "unpad_multiple": a.unpad_multiple, "per_device_batch": a.per_device_batch,
+                "accumulation_steps": None if batch_size is None else self.steps(batch_size).accumulation_steps,
                 "attention_dropout": cfg.attention_dropout_prob,
                 "attention_path": path, "mesh": dict(self.mesh.shape), "devices": self.mesh.devices.size,
                 "device_kind": dev.device_kind, "platform": dev.platform, "jax": jax.__version__,
@@ -216,6 +233,8 @@ def summary(r: dict) -> str:
              f"on {r['devices']} x {r['device_kind']} (load {r['load_average'][0]})"
              + ("; huge pages" if "hugetlb=1" in r.get("glibc_tunables", "") else ""),
              f"  attention: {r['attention_path']}", paper_params.summary(r["params"])]
+    if (r.get("accumulation_steps") or 1) > 1:
+        lines[0] += f"; {r['accumulation_steps']} micro-batches (--per_device_batch {r['per_device_batch']})"
     if r.get("unpad_multiple"):
         lines[1] += f"; blocks on the real tokens only (--unpad_multiple {r['unpad_multiple']})"
     if r["mode"] == "find_max_batch":

@@ -77,7 +77,17 @@ def pretraining_losses(out, batch) -> dict[str, jax.Array]:
     return m
 
 
-def _loss(params, graphdef, batch, rng, deterministic: bool):
+def loss_denominators(batch) -> dict[str, jax.Array]:
+    """What each loss term of `_loss` divides by, counted over the whole ``batch``: masked-LM
+    predictions, examples (NSP/SOP) and real tokens (ELECTRA's RTD). Micro-batches divide by the whole
+    batch's counts, so their summed gradients are the whole batch's gradient, however unevenly the
+    predictions fall among them."""
+    examples = batch["nsp_weights"].sum() if "nsp_weights" in batch else batch["input_ids"].shape[0]
+    return {"mlm_weight": batch["masked_lm_weights"].sum(), "examples": jnp.asarray(examples, jnp.float32),
+            "rtd_tokens": batch["input_mask"].astype(jnp.float32).sum()}
+
+
+def _loss(params, graphdef, batch, rng, deterministic: bool, denominators: dict | None = None):
     model = nnx.merge(graphdef, params)
     optional = {k: batch[k] for k in MODEL_INPUT_KEYS if k in batch}
     rngs = None if deterministic else nnx.Rngs(dropout=rng)
@@ -94,11 +104,12 @@ def _loss(params, graphdef, batch, rng, deterministic: bool):
     m = pretraining_losses(out, batch)
     if isinstance(model, ElectraForPreTraining):
         m["rtd_weighted_loss_sum"] = model.rtd_weight * m["rtd_loss_sum"]  # λ · BCE, summed like the rest
-    loss = m["mlm_loss_sum"] / jnp.maximum(m["mlm_weight"], 1e-5)
+    d = m if denominators is None else denominators  # this batch's counts, or the whole batch's
+    loss = m["mlm_loss_sum"] / jnp.maximum(d["mlm_weight"], 1e-5)
     if "nsp_loss_sum" in m:
-        loss = loss + m["nsp_loss_sum"] / jnp.maximum(m["examples"], 1e-5)
+        loss = loss + m["nsp_loss_sum"] / jnp.maximum(d["examples"], 1e-5)
     if "rtd_loss_sum" in m:
-        loss = loss + m["rtd_weighted_loss_sum"] / jnp.maximum(m["rtd_tokens"], 1e-5)
+        loss = loss + m["rtd_weighted_loss_sum"] / jnp.maximum(d["rtd_tokens"], 1e-5)
     return loss, m
 
 
@@ -125,7 +136,9 @@ def train_step(state: TrainState, batch: dict, rng: jax.Array, *, graphdef, tx, 
                accumulation_steps: int = 1) -> tuple[TrainState, dict]:
     """One optimizer step. With ``accumulation_steps`` k the batch's leading axis is split into k
     micro-batches whose gradients are summed in a ``lax.scan`` (one update per call; the schedule
-    counts optimizer steps). Dropout keys: ``rng`` folded with the step (and micro-batch)."""
+    counts optimizer steps). Each micro-batch's loss divides by the whole batch's counts
+    (`loss_denominators`), so the sum is the whole batch's loss and gradient up to rounding.
+    Dropout keys: ``rng`` folded with the step (and micro-batch)."""
     rng = jax.random.fold_in(rng, state.step)
     grad_fn = jax.grad(_loss, has_aux=True)
 
@@ -140,15 +153,16 @@ def train_step(state: TrainState, batch: dict, rng: jax.Array, *, graphdef, tx, 
         # and repeat the work k times over them). [k, batch / k, ...]
         micro = jax.tree.map(lambda x: x.reshape(-1, accumulation_steps, *x.shape[1:]).swapaxes(0, 1), batch)
 
+        denominators = loss_denominators(batch)
+
         def body(carry, xs):
             i, mb = xs
-            g, m = grad_fn(state.params, graphdef, mb, jax.random.fold_in(rng, i), False)
+            g, m = grad_fn(state.params, graphdef, mb, jax.random.fold_in(rng, i), False, denominators)
             return jax.tree.map(jnp.add, carry, (g, m)), None
 
         zeros = jax.tree.map(jnp.zeros_like, jax.eval_shape(
-            lambda: grad_fn(state.params, graphdef, jax.tree.map(lambda x: x[0], micro), rng, False)))
+            lambda: grad_fn(state.params, graphdef, jax.tree.map(lambda x: x[0], micro), rng, False, denominators)))
         (grads, sums), _ = jax.lax.scan(body, zeros, (jnp.arange(accumulation_steps), micro))
-        grads = jax.tree.map(lambda g: g / accumulation_steps, grads)
 
     return apply_gradients(state, grads, tx, schedule, summarize(sums))
 

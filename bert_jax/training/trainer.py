@@ -22,6 +22,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
 from bert_jax.model.config import BertConfig
+from bert_jax.model.execution import resolve_per_device_batch
 from bert_jax.training import sharding as sh
 from bert_jax.training import train_step as ts
 from bert_jax.training.checkpoints import Checkpointer
@@ -140,16 +141,25 @@ class PretrainingSteps:
 def accumulation_steps(config, mesh: Mesh, rules) -> int:
     """Micro-batches per optimizer step: ``config.per_device_batch`` > 0 chooses them from the
     global batch, the rows each batch shard (data x fsdp devices) can hold and the mesh:
-    ``batch_size / (per_device_batch * batch shards)``, so one recipe runs on any slice; otherwise
+    ``batch_size / (per_device_batch * batch shards)``, so one recipe runs on any slice; "auto" is
+    the platform's choice (`execution.resolve_per_device_batch`: micro-batches of 8 rows on the CPU)
+    unless ``optimizer.accumulation_steps`` or ``unpad_multiple`` is set; otherwise
     ``config.optimizer.accumulation_steps`` as given."""
     given = config.optimizer.get("accumulation_steps", 1)
-    per_device = config.get("per_device_batch", 0)
+    shards = sh.batch_shards(mesh, rules)
+    value = config.get("per_device_batch", 0)
+    if value == "auto":
+        if given != 1 or config.get("unpad_multiple", 0) or config.batch_size % shards:
+            return given
+        per_device = resolve_per_device_batch("auto", mesh.devices.flat[0].platform,
+                                              rows=config.batch_size // shards)
+    else:
+        per_device = resolve_per_device_batch(value, "", rows=0)
     if not per_device:
         return given
     if given != 1:
         raise ValueError(f"per_device_batch={per_device} chooses the accumulation: leave optimizer.accumulation_steps "
                          f"at 1 (got {given})")
-    shards = sh.batch_shards(mesh, rules)
     if config.batch_size % (per_device * shards):
         raise ValueError(f"batch_size {config.batch_size} is not a multiple of per_device_batch {per_device} x "
                          f"{shards} batch shards (mesh {dict(mesh.shape)}): choose per_device_batch dividing "

@@ -89,3 +89,21 @@ def test_auto_takes_cudnn_with_key_lengths_on_a_gpu(monkeypatch):
     assert calls and all(c == ("cudnn", (3,)) for c in calls)
     np.testing.assert_allclose(np.where(real, np.asarray(on_gpu, np.float32), 0),
                                np.where(real, np.asarray(on_cpu, np.float32), 0), atol=2e-2)
+
+
+@pytest.mark.parametrize("value,platform,rows,expected", [
+    ("auto", "cpu", 32, 8), ("auto", "cpu", 16, 8), ("auto", "cpu", 8, 0), ("auto", "cpu", 12, 0),
+    ("auto", "gpu", 32, 0), ("auto", "tpu", 256, 0), ("auto", "cuda", 64, 0),
+    ("16", "cpu", 32, 16), ("0", "cpu", 32, 0), (4, "tpu", 32, 4), (0, "cpu", 32, 0)])
+def test_per_device_batch_per_platform(value, platform, rows, expected):
+    from bert_jax.model.execution import resolve_per_device_batch
+
+    assert resolve_per_device_batch(value, platform, rows=rows) == expected
+
+
+@pytest.mark.parametrize("bad", ["eight", "-1", -2, 1.5, True])
+def test_per_device_batch_rejects_what_is_not_a_row_count(bad):
+    from bert_jax.model.execution import resolve_per_device_batch
+
+    with pytest.raises(ValueError, match="per_device_batch .*expected 'auto' or rows per device"):
+        resolve_per_device_batch(bad, "cpu", rows=32)

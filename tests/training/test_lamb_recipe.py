@@ -23,7 +23,7 @@ def test_both_phases_load_with_the_published_numbers(load_config, phase, batch, 
     assert c.init_mode == ("params" if phase == 2 else "state")
     # The Adam recipe keeps its numbers: linear decay, continuing phase 1's state.
     adam = load_config("pretrain", f"size=large,phase={phase}")
-    assert (adam.optimizer.decay_power, adam.init_mode, adam.per_device_batch) == (1.0, "state", 0)
+    assert (adam.optimizer.decay_power, adam.init_mode, adam.per_device_batch) == (1.0, "state", "auto")
     # Warmup and decay follow a shorter run.
     short = load_config("pretrain", f"size=tiny,recipe=lamb,phase={phase}")
     short.num_train_steps = 100
@@ -36,16 +36,17 @@ def test_both_phases_load_with_the_published_numbers(load_config, phase, batch, 
 
 def test_accumulation_follows_the_slice(load_config):
     c = load_config("pretrain", "size=large,recipe=lamb,phase=1")
-    assert c.per_device_batch == 32
+    assert c.per_device_batch == "32"
     rules = tuple(tuple(r) for r in c.sharding_rules)
     for shape, micro in (((8, 1, 1), 256), ((2, 4, 1), 256), ((2, 1, 4), 1024)):  # tensor shards share rows
         assert trainer.accumulation_steps(c, sh.make_mesh(shape), rules) == micro
-    c.per_device_batch = 48
+    c.per_device_batch = "48"
     with pytest.raises(ValueError, match=r"batch_size 65536 is not a multiple of per_device_batch 48 x 8 batch shards"):
         trainer.accumulation_steps(c, sh.make_mesh((8, 1, 1)), rules)
-    c.per_device_batch, c.optimizer.accumulation_steps = 32, 2
+    c.per_device_batch, c.optimizer.accumulation_steps = "32", 2
     with pytest.raises(ValueError, match="leave optimizer.accumulation_steps at 1"):
         trainer.accumulation_steps(c, sh.make_mesh((8, 1, 1)), rules)
+
 
 
 def test_decay_power_is_nvidias_poly_warmup():
@@ -103,7 +104,7 @@ def test_both_phases_run_and_phase2_rewarms(tmp_path, load_config):
         c = load_config("pretrain", f"size=tiny,recipe=lamb,phase={phase},runlocal,synthetic")
         c.model.update(vocab_size=101, max_position_embeddings=32)
         c.data.update(max_seq_length=16, max_predictions_per_seq=4)
-        c.batch_size, c.per_device_batch, c.num_train_steps = 16, 1, steps  # 2 micro-batches on 8 devices
+        c.batch_size, c.per_device_batch, c.num_train_steps = 16, "1", steps  # 2 micro-batches on 8 devices
         c.log_every, c.checkpoint_every, c.eval_every = 1, steps, 0
         return c
 

@@ -12,6 +12,7 @@ from jax.sharding import PartitionSpec as P
 from bert_jax.model.config import BertConfig
 from bert_jax.training import sharding as sh
 from bert_jax.training import train_step as ts
+from bert_jax.training import trainer
 from bert_jax.training.state import state_layout
 
 RULES = (("batch", ("data", "fsdp")), ("vocab", "tensor"), ("embed", "fsdp"), ("heads", "tensor"),
@@ -84,6 +85,41 @@ def test_accumulation_matches_one_big_batch(reference):
     np.testing.assert_allclose(metrics["loss"], ref_metrics["loss"], rtol=1e-5)
     for a, b in zip(jax.tree.leaves(ref_state.params), jax.tree.leaves(state.params), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+def test_accumulation_matches_one_big_batch_with_uneven_predictions():
+    """Micro-batches divide by the whole batch's prediction count: with 1 prediction in each row of
+    one micro-batch and 4 in the other, two micro-batches still give the one batch's loss and update
+    (the mean of per-micro-batch means would weigh the sparse rows 4x)."""
+    batch = make_batch()
+    batch["masked_lm_weights"][0::2, 1:] = 0.0  # micro-batch 0 takes rows 0, 2, 4, 6
+    _, ref_state, ref_metrics = one_step((1, 1, 1), batch=batch)
+    _, state, metrics = one_step((1, 1, 1), accumulation_steps=2, batch=batch)
+    np.testing.assert_allclose(metrics["loss"], ref_metrics["loss"], rtol=1e-5)
+    np.testing.assert_allclose(metrics["grad_norm"], ref_metrics["grad_norm"], rtol=1e-4)
+    for a, b in zip(jax.tree.leaves(ref_state.params), jax.tree.leaves(state.params), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+def test_auto_micro_batches_of_eight_on_the_cpu(load_config):
+    """The default ("auto"): 8 rows per device and micro-batch on the CPU when the batch is a larger
+    multiple of 8; an explicit accumulation or unpadded batches keep the whole batch."""
+    c = load_config("pretrain", "size=tiny,synthetic")
+    assert c.per_device_batch == "auto"
+    rules = tuple(tuple(r) for r in c.sharding_rules)
+    one = sh.make_mesh((1, 1, 1), jax.devices()[:1])
+    for batch, micro in ((32, 4), (16, 2), (8, 1), (12, 1), (256, 32)):
+        c.batch_size = batch
+        assert trainer.accumulation_steps(c, one, rules) == micro, batch
+    c.batch_size = 64
+    assert trainer.accumulation_steps(c, sh.make_mesh((8, 1, 1)), rules) == 1  # 8 rows per device already
+    assert trainer.accumulation_steps(c, sh.make_mesh((2, 4, 1)), rules) == 1
+    c.batch_size = 256
+    assert trainer.accumulation_steps(c, sh.make_mesh((8, 1, 1)), rules) == 4  # 32 rows per device
+    c.unpad_multiple = 8
+    assert trainer.accumulation_steps(c, one, rules) == 1
+    c.unpad_multiple, c.optimizer.accumulation_steps = 0, 2
+    assert trainer.accumulation_steps(c, one, rules) == 2
 
 
 def test_mesh_shapes():
