@@ -4,7 +4,7 @@ its family (``--model roberta|albert|electra``: configs/pretrain.py's recipes), 
     python -m bert_jax.benchmark --size base --seq_len 128 --batch_size 32 [--steps 20] [--warmup 3]
         [--model bert|roberta|albert|electra] [--dtype float32|bfloat16] [--remat none|full|dots_saveable|...]
         [--scan|--noscan] [--attention_impl auto|xla|cudnn|explicit] [--attention_dropout 0.1]
-        [--max_predictions P] [--mesh -1,1,1] [--json] [--output results.jsonl]
+        [--max_predictions P] [--per_device_batch auto|N] [--mesh -1,1,1] [--json] [--output results.jsonl]
     python -m bert_jax.benchmark --size base --batch_size 8,32          # several batch sizes, one run
     python -m bert_jax.benchmark --model albert --size base --seq_len 128 --batch_size 8
     python -m bert_jax.benchmark --model electra --size small --seq_len 128 --batch_size 8
@@ -20,6 +20,8 @@ its optimizer, dropout and sharding rules, a ('data', 'fsdp', 'tensor') mesh, do
 compiles it ahead of time for synthetic batches of the real shapes (P = ``--max_predictions``: 20
 at length 128, 80 at 512; the vocabulary the paper used unless ``--vocab_size``), runs ``--warmup`` steps, then times
 ``--steps`` steps one by one (each waits for its outputs; the input is already on the device).
+As in the trainer, ``--per_device_batch auto`` runs a batch of more than 8 rows per device on a CPU
+as accumulated micro-batches of 8 inside the step (``0``: the whole batch; the summary names them).
 
 Reported: compile time (lower + compile), step time (median, min), rows/s, tokens/s (B·S per
 step, padding included) and real tokens/s (the synthetic examples' lengths: uniform in [S/2, S],
