@@ -20,7 +20,7 @@ its optimizer, dropout and sharding rules, a ('data', 'fsdp', 'tensor') mesh, do
 compiles it ahead of time for synthetic batches of the real shapes (P = ``--max_predictions``: 20
 at length 128, 80 at 512; the vocabulary the paper used unless ``--vocab_size``), runs ``--warmup`` steps, then times
 ``--steps`` steps one by one (each waits for its outputs; the input is already on the device).
-As in the trainer, ``--per_device_batch auto`` runs a batch of more than 8 rows per device on a CPU
+As in the trainer, ``--per_device_batch auto`` runs a batch of 16, 24, ... rows per device on a CPU
 as accumulated micro-batches of 8 inside the step (``0``: the whole batch; the summary names them).
 
 Reported: compile time (lower + compile), step time (median, min), rows/s, tokens/s (B·S per
