@@ -87,8 +87,9 @@ def resolve_per_device_batch(value: int | str, platform: str, *, rows: int) -> i
     """Rows per batch shard in one micro-batch of the training step (0: the whole batch at once).
     ``rows``: the batch's rows per shard. ``"auto"`` → 8 on the CPU when ``rows`` is a larger
     multiple of 8 (BERT-base at batch 32 measured ~1.2x faster as four accumulated micro-batches of
-    8 than as one batch, with less temporary memory; docs/benchmarks.md), else 0; on GPU/TPU 0 (a large batch is what keeps their matrix units busy). A number (int or
-    its string, as config flags give it) is returned as an int."""
+    8 than as one batch, with less temporary memory; docs/benchmarks.md), else 0; on GPU/TPU 0 (a
+    large batch is what keeps their matrix units busy). A number (int or its string, as config
+    flags give it) is returned as an int."""
     bad = ValueError(f"per_device_batch {value!r}: expected 'auto' or rows per device >= 0 (0: no micro-batches)")
     if isinstance(value, str) and value != "auto":
         if not value.strip().isdigit():
