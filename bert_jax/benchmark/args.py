@@ -9,6 +9,7 @@ import os
 import shlex
 import sys
 
+from bert_jax.model.execution import resolve_per_device_batch
 from input_pipeline import cli
 
 
@@ -94,8 +95,10 @@ def parse_args(argv=None, usage: str = "") -> argparse.Namespace:
     if args.max_predictions is None:
         args.max_predictions = max(1, round(args.seq_len * 5 / 32))  # the paper's 20 at 128, 80 at 512
     check_counts(p, args)
-    if args.per_device_batch != "auto" and not args.per_device_batch.isdigit():
-        p.error(f"--per_device_batch {args.per_device_batch}: expected auto or rows per device >= 0")
+    try:  # the trainer's own check of the value
+        resolve_per_device_batch(args.per_device_batch, "cpu", rows=0)
+    except ValueError as e:
+        p.error(f"--{e}")
     if args.find_max_batch and args.per_device_batch == "auto":
         args.per_device_batch = "0"
     args.compare = [x for x in args.compare.split(",") if x]
