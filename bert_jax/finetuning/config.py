@@ -32,7 +32,10 @@ def base_config(task: dict, *, size: str, max_seq_length: int, batch_size: int, 
     # execution settings applied on top of the checkpoint's config.
     c.model = ml_collections.ConfigDict(dict(
         size=size, dtype="auto", scan_layers="auto", remat_policy="none", attention_impl="auto", dropout_impl="auto",
-        hidden_dropout_prob=0.1, attention_dropout_prob=0.1))
+        hidden_dropout_prob=0.1, attention_dropout_prob=0.1,
+        # Sequence classifiers read the pooled [CLS] ("cls", the paper) or the mean of the last layer
+        # over real tokens ("mean"); bert_jax/model/config.py.
+        classifier_pooling="cls"))
     c.max_seq_length = max_seq_length
     c.length_multiple = 32  # batches are cut to their longest row, rounded up to this
     # Real lengths (bert_jax/finetuning/lengths.py, docs/benchmarks.md "Fine-tuning on real lengths").

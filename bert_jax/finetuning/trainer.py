@@ -60,8 +60,8 @@ def model_config(config, warm, vocab_size: int, kind: str) -> BertConfig:
         if cfg.vocab_size != vocab_size:
             raise ValueError(f"init_checkpoint {warm.spec!r} has vocab_size={cfg.vocab_size} but the vocabulary "
                              f"{config.vocab or warm.vocab_file!r} has {vocab_size} tokens")
-    if kind in ("classification", "regression") and not cfg.use_pooler:
-        cfg = dataclasses.replace(cfg, use_pooler=True)
+    if kind in ("classification", "regression") and cfg.classifier_pooling == "cls" and not cfg.use_pooler:
+        cfg = dataclasses.replace(cfg, use_pooler=True)  # the classifier reads the pooled [CLS]
     return cfg
 
 

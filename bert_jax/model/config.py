@@ -17,6 +17,8 @@ import jax.numpy as jnp
 
 from bert_jax.model.execution import DROPOUT_IMPLS, resolve_dtype, resolve_scan
 
+CLASSIFIER_POOLINGS = ("cls", "mean")
+
 # name: (num_layers, hidden_size, num_heads). intermediate = 4 * hidden (the paper's choice).
 SIZES: dict[str, tuple[int, int, int]] = {
     "tiny": (2, 128, 2),
@@ -75,6 +77,11 @@ class BertConfig:
     # Whether the encoder has the tanh(dense([CLS])) pooler (sentence-transformers checkpoints
     # such as all-MiniLM-L6-v2 ship none).
     use_pooler: bool = True
+    # What sequence classifiers (`BertClassifier`) read: "cls", the pooled [CLS] (the paper), or
+    # "mean", the last layer averaged over real tokens (sentence-transformers; ModernBERT's
+    # ``classifier_pooling``), which needs no pooler and starts from a varied feature when pre-training
+    # left [CLS] nearly constant (docs/choices.md, "Transfer in the demo").
+    classifier_pooling: Literal["cls", "mean"] = "cls"
     # Compute dtype; "auto": bfloat16 on GPU/TPU, float32 on CPU (bert_jax/model/execution.py).
     dtype: str = "float32"
     param_dtype: str = "float32"
@@ -110,6 +117,7 @@ class BertConfig:
             "hidden_act": self.hidden_act in ("gelu", "gelu_new", "gelu_tanh", "relu"),
             "dropout_impl": self.dropout_impl in DROPOUT_IMPLS,
             "scan_layers": isinstance(self.scan_layers, bool) or self.scan_layers == "auto",
+            "classifier_pooling": self.classifier_pooling in CLASSIFIER_POOLINGS,
         }
         bad = [k for k, ok in checks.items() if not ok]
         if bad:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import jax
+import jax.numpy as jnp
 from flax import nnx
 
 from bert_jax.model.config import BertConfig
@@ -54,20 +55,34 @@ class BertForPreTraining(nnx.Module):
 
 
 class BertClassifier(nnx.Module):
-    """Sequence classification on the pooled output (GLUE); num_labels = 1 is regression (STS-B).
-    Here and in the tagger and span models ``token_index`` [shards, tokens] runs the encoder's blocks
-    on the real tokens only (`token_layout.Unpadded`; the outputs are the padded ones)."""
+    """Sequence classification (GLUE); num_labels = 1 is regression (STS-B). It reads the pooled
+    [CLS] (``cfg.classifier_pooling`` "cls", the paper; needs the pooler) or the last layer
+    averaged over real tokens ("mean"; no pooler needed). Here and in the tagger and span models
+    ``token_index`` [shards, tokens] runs the encoder's blocks on the real tokens only
+    (`token_layout.Unpadded`; the outputs are the padded ones)."""
 
     def __init__(self, cfg: BertConfig, num_labels: int, *, rngs: nnx.Rngs):
-        if not cfg.use_pooler:
-            raise ValueError("BertClassifier classifies the pooled output: use_pooler=True")
+        if cfg.classifier_pooling == "cls" and not cfg.use_pooler:
+            raise ValueError("BertClassifier with classifier_pooling='cls' classifies the pooled output: "
+                             "use_pooler=True (or classifier_pooling='mean')")
+        self.pooling = cfg.classifier_pooling
         self.bert = BertEncoder(cfg, rngs=rngs)
         self.classifier = ClassificationHead(cfg, num_labels, rngs=rngs)
 
     def __call__(self, input_ids, input_mask, segment_ids, *, token_index=None, deterministic=True, rngs=None):
         enc = self.bert(input_ids, input_mask, segment_ids, deterministic=deterministic, rngs=rngs,
                         token_index=token_index)
-        return self.classifier(enc.pooled_output, deterministic=deterministic, rngs=rngs)  # [B, labels]
+        if self.pooling == "mean":
+            pooled = mean_pool(enc.sequence_output, input_mask)  # [batch, embed]
+        else:
+            pooled = enc.pooled_output  # [batch, embed]
+        return self.classifier(pooled, deterministic=deterministic, rngs=rngs)  # [batch, labels]
+
+
+def mean_pool(sequence: jax.Array, input_mask: jax.Array) -> jax.Array:
+    """[batch, length, embed] averaged over the real tokens (``input_mask`` [batch, length] = 1) → [batch, embed]."""
+    m = input_mask.astype(sequence.dtype)[..., None]  # [batch, length, 1]
+    return (sequence * m).sum(1) / jnp.maximum(m.sum(1), 1)  # [batch, embed]
 
 
 class BertTagger(nnx.Module):

