@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from bert_jax.model.config import BertConfig
-from bert_jax.model.encoder import BertEncoder, packed_mask, packed_positions
+from bert_jax.model.encoder import BertEncoder, EncoderOutput, packed_mask, packed_positions
 from bert_jax.model.heads import MaskedLMHead, ReplacedTokenHead
 
 
@@ -48,6 +48,7 @@ class ElectraOutput(NamedTuple):
     rtd_logits: jax.Array  # [batch, length]: the discriminator's "replaced" logits
     rtd_labels: jax.Array  # [batch, length] float32: 1 where the corrupted token differs from the original
     nsp_logits: None = None  # no sentence-level objective
+    encoder: EncoderOutput | None = None  # the discriminator's (representation health: bert_jax/training/health.py)
 
 
 class ElectraDiscriminator(nnx.Module):
@@ -93,4 +94,4 @@ class ElectraForPreTraining(nnx.Module):
         original = replace_masked(input_ids, masked_lm_positions, masked_lm_weights, masked_lm_ids)  # [B, L]
         labels = ((corrupted != original) & (input_mask > 0)).astype(jnp.float32)  # [batch, length]
         disc = self.bert(corrupted, input_mask, segment_ids, **kw)
-        return ElectraOutput(mlm_logits, self.rtd(disc.sequence_output), labels)
+        return ElectraOutput(mlm_logits, self.rtd(disc.sequence_output), labels, encoder=disc)

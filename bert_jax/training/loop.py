@@ -5,7 +5,8 @@ logging window, shows progress, writes TensorBoard events and ``metrics.jsonl``,
 loss without saving after it, saves a checkpoint every ``checkpoint_every`` steps and at the end,
 and on SIGTERM (preemption) or SIGINT saves the step it is at (several processes: a step they agree
 on, see `bert_jax.training.job.Preemption`) and returns once that checkpoint is committed.
-Evaluation and other per-job work happen in the ``after_step`` hook.
+Evaluation and other per-job work happen in the ``after_step`` hook; ``on_log`` sees each logged
+window (the collapse warning, `bert_jax.training.health`).
 """
 
 from __future__ import annotations
@@ -46,11 +47,13 @@ class LoopResult:
 def train_loop(state, step_fn: Callable, batches: Iterator[dict], rng: jax.Array, *, total: int,
                ckpt: Checkpointer, writer: MetricWriter, progress: Progress, log_every: int,
                checkpoint_every: int, meta: Callable[[int], dict], preemption: Preemption,
-               after_step: Callable[[Any, int], None] | None = None, name: str = "") -> LoopResult:
+               after_step: Callable[[Any, int], None] | None = None, name: str = "",
+               on_log: Callable[[int, dict], None] | None = None) -> LoopResult:
     """Runs ``state, metrics = step_fn(state, next(batches), rng)`` from ``state.step`` to ``total``.
 
     ``meta(step)`` is the JSON saved beside each checkpoint (input position, model config, seed).
-    ``after_step(state, step)`` runs after each step's logging (evaluation), not once a stop is due.
+    ``after_step(state, step)`` runs after each step's logging (evaluation), not once a stop is due;
+    ``on_log(step, summary)`` after each window's metrics are written.
     A signal (``preemption``) stops the loop after the step in progress, or after the evaluation in
     progress (the step before it is complete); that step is saved and the loop returns once the
     checkpoint is committed on disk. A signal before the first step returns at once (the state is
@@ -69,6 +72,8 @@ def train_loop(state, step_fn: Callable, batches: Iterator[dict], rng: jax.Array
                 f"is {'step ' + str(good) if good is not None else 'none'} in {ckpt.directory}")
         summary.update(progress.report(step, summary))
         writer.write(step, summary, "train")
+        if on_log is not None:
+            on_log(step, summary)
         return summary
 
     try:

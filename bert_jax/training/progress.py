@@ -33,7 +33,8 @@ class Progress:
         timing = {"steps_per_sec": rate, "examples_per_sec": rate * per_step}
         if self.enabled:
             shown = " ".join(f"{name} {metrics[k]:.4f}" for k, name in
-                             (("loss", "loss"), ("mlm_accuracy", "mlm_acc"), ("accuracy", "acc")) if k in metrics)
+                             (("loss", "loss"), ("mlm_accuracy", "mlm_acc"), ("accuracy", "acc"),
+                              ("token_spread", "spread")) if k in metrics)
             text = (f"step {step}/{self.total} {shown} "
                     f"| {rate:.2f} steps/s {rate * per_step:.0f} ex/s | ETA {eta / 60:.1f} min")
             if self.bar is not None:

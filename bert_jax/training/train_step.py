@@ -19,6 +19,7 @@ from flax import nnx
 from bert_jax.model.config import BertConfig
 from bert_jax.model.electra import ElectraForPreTraining, ElectraOutput
 from bert_jax.model.models import BertForPreTraining
+from bert_jax.training import health
 from bert_jax.training.state import TrainState, new_state
 from input_pipeline.batch import MODEL_INPUT_KEYS
 
@@ -49,8 +50,10 @@ def init_state(cfg: BertConfig, objective: str, tx: optax.GradientTransformation
     return new_state(nnx.state(model, nnx.Param).to_pure_dict(), tx)
 
 
-def pretraining_losses(out, batch) -> dict[str, jax.Array]:
-    """Masked-LM cross-entropy averaged over real predictions (weights), plus NSP/SOP."""
+def pretraining_losses(out, batch, rtd_histograms: bool = False) -> dict[str, jax.Array]:
+    """Sums over one batch: masked-LM cross-entropy and accuracy over real predictions (weights),
+    NSP/SOP, ELECTRA's RTD, and the last layer's health sums (`bert_jax.training.health`;
+    ``rtd_histograms``: also the discriminator's logit histograms for the held-out AUC)."""
     logits = out.mlm_logits  # [batch, P, vocab] float32
     labels, weights = batch["masked_lm_ids"], batch["masked_lm_weights"]  # [batch, P]
     ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)  # [batch, P]
@@ -74,6 +77,10 @@ def pretraining_losses(out, batch) -> dict[str, jax.Array]:
         m["rtd_correct"] = (((out.rtd_logits > 0) == (out.rtd_labels > 0)) * real).sum()
         m["rtd_replaced"] = (out.rtd_labels * real).sum()
         m["rtd_tokens"] = real.sum()
+        if rtd_histograms:
+            m.update(health.rtd_histograms(out.rtd_logits, out.rtd_labels, real))
+    if out.encoder is not None:
+        m.update(health.health_sums(out.encoder.sequence_output, batch))
     return m
 
 
@@ -87,7 +94,8 @@ def loss_denominators(batch) -> dict[str, jax.Array]:
             "rtd_tokens": batch["input_mask"].astype(jnp.float32).sum()}
 
 
-def _loss(params, graphdef, batch, rng, deterministic: bool, denominators: dict | None = None):
+def _loss(params, graphdef, batch, rng, deterministic: bool, denominators: dict | None = None,
+          rtd_histograms: bool = False):
     model = nnx.merge(graphdef, params)
     optional = {k: batch[k] for k in MODEL_INPUT_KEYS if k in batch}
     rngs = None if deterministic else nnx.Rngs(dropout=rng)
@@ -101,7 +109,7 @@ def _loss(params, graphdef, batch, rng, deterministic: bool, denominators: dict 
                     deterministic=deterministic, rngs=rngs, **optional)
     else:
         out = model(*args, deterministic=deterministic, rngs=rngs, **optional)
-    m = pretraining_losses(out, batch)
+    m = pretraining_losses(out, batch, rtd_histograms)
     if isinstance(model, ElectraForPreTraining):
         m["rtd_weighted_loss_sum"] = model.rtd_weight * m["rtd_loss_sum"]  # λ · BCE, summed like the rest
     d = m if denominators is None else denominators  # this batch's counts, or the whole batch's
@@ -114,7 +122,8 @@ def _loss(params, graphdef, batch, rng, deterministic: bool, denominators: dict 
 
 
 def summarize(m: dict[str, jax.Array]) -> dict[str, jax.Array]:
-    """Sums (as accumulated over micro-batches or eval batches) → means and accuracies."""
+    """Sums (as accumulated over micro-batches or eval batches) → means, accuracies and the health
+    metrics (`bert_jax.training.health.summarize_health`)."""
     out = {"mlm_loss": m["mlm_loss_sum"] / jnp.maximum(m["mlm_weight"], 1e-5),
            "mlm_accuracy": m["mlm_correct"] / jnp.maximum(m["mlm_weight"], 1e-5)}
     if "nsp_loss_sum" in m:
@@ -129,6 +138,7 @@ def summarize(m: dict[str, jax.Array]) -> dict[str, jax.Array]:
         rtd = {"weighted": m["rtd_weighted_loss_sum"] / tokens}
     out["loss"] = out["mlm_loss"] + out.get("nsp_loss", 0.0) + rtd.get("weighted", 0.0)
     out["examples"] = m["examples"]  # examples in the summed batches (packed rows hold several)
+    out.update(health.summarize_health(m))
     return out
 
 
@@ -178,6 +188,7 @@ def apply_gradients(state: TrainState, grads, tx, schedule, metrics: dict) -> tu
 
 
 def eval_step(state: TrainState, batch: dict, *, graphdef) -> dict:
-    """Sums over one batch (add them up across batches, then `summarize`)."""
-    _, sums = _loss(state.params, graphdef, batch, None, True)
+    """Sums over one batch (add them up across batches, then `summarize`); ELECTRA's include the
+    logit histograms of the held-out AUC."""
+    _, sums = _loss(state.params, graphdef, batch, None, True, rtd_histograms=True)
     return sums

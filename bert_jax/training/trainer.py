@@ -5,7 +5,9 @@
 benchmark and ahead-of-time compilation, so what they measure is what runs. `run` adds the input
 (each process its own share; prefetched onto the devices in a background thread), resume from the
 newest checkpoint in the workdir (parameters, optimizer state, step and every process's input
-position), held-out evaluation every ``eval_every`` steps, and the shared loop (`bert_jax.training.loop`).
+position), held-out evaluation at step 0 and every ``eval_every`` steps, the collapse warning
+(`bert_jax.training.health`: each train window and evaluation against the step-0 evaluation) and
+the shared loop (`bert_jax.training.loop`).
 """
 
 from __future__ import annotations
@@ -23,12 +25,13 @@ from jax.sharding import Mesh, NamedSharding
 
 from bert_jax.model.config import BertConfig
 from bert_jax.model.execution import resolve_per_device_batch
+from bert_jax.training import health
 from bert_jax.training import sharding as sh
 from bert_jax.training import train_step as ts
 from bert_jax.training.checkpoints import Checkpointer
 from bert_jax.training.job import job
 from bert_jax.training.loop import train_loop
-from bert_jax.training.metric_writer import MetricWriter
+from bert_jax.training.metric_writer import MetricWriter, read_metrics
 from bert_jax.training.optim import make_optimizer
 from bert_jax.training.progress import Progress
 from bert_jax.training.resume import gather_data_states, initial_state
@@ -202,6 +205,16 @@ def evaluate(eval_fn, state, data, num_batches: int, mesh, rules,
     return {k: float(v) for k, v in ts.summarize(jax.device_get(totals)).items()}
 
 
+def step0_reference(workdir) -> dict | None:
+    """The step-0 evaluation recorded in ``workdir``'s metrics.jsonl (the last, if recorded twice),
+    or None: a resumed run's reference for the collapse warning."""
+    try:
+        rows = [r for r in read_metrics(workdir, "eval") if r["step"] == 0]
+    except (FileNotFoundError, ValueError):
+        return None
+    return rows[-1] if rows else None
+
+
 def _eval_input(config, block: tuple[int, int]):
     if not (config.eval_every and config.eval_steps):
         return None
@@ -248,23 +261,53 @@ def _run(config, j) -> dict:
             states = gather_data_states((batches if prefetch else data).state(), block[0])
             return {"data": states[0], "data_per_process": states, "step": step, "model": dataclasses.asdict(model_cfg)}
 
+        monitor = health.HealthMonitor(warmup_steps=config.optimizer.warmup_steps, enabled=is_main,
+                                       advice=health.advice(config.optimizer))
+
+        def evaluate_and_log(state, step: int) -> bool:
+            result = evaluate(steps.eval_fn, state, eval_data, config.eval_steps, mesh, rules, preemption.arrived)
+            if result is None:  # interrupted by a signal: the loop saves this step and stops
+                return False
+            last["eval"] = result
+            writer.write(step, last["eval"], "eval")
+            if is_main:
+                print(f"eval at step {step}: " + json.dumps({k: round(v, 4) for k, v in last["eval"].items()}),
+                      flush=True)
+            monitor.check(step, result, "eval")
+            return True
+
         def after_step(state, step: int) -> None:
             if eval_data is not None and (step % config.eval_every == 0 or step == total):
-                result = evaluate(steps.eval_fn, state, eval_data, config.eval_steps, mesh, rules, preemption.arrived)
-                if result is None:  # interrupted by a signal: the loop saves this step and stops
-                    return
-                last["eval"] = result
-                writer.write(step, last["eval"], "eval")
-                if is_main:
-                    print(f"eval at step {step}: " + json.dumps({k: round(v, 4) for k, v in last["eval"].items()}),
-                          flush=True)
+                evaluate_and_log(state, step)
 
+        # The collapse warning's reference: the step-0 evaluation (recorded like any other, so a
+        # resumed run reads it back), or without held-out data the first training step's metrics
+        # (the initial parameters on a training batch).
+        if int(state.step) == 0 and eval_data is not None:
+            if evaluate_and_log(state, 0):
+                monitor.reference = last["eval"]
+        elif is_main and int(state.step) > 0:
+            monitor.reference = step0_reference(workdir)
+        first = []  # the first step's metrics, while there is no reference
+
+        def first_step_kept(state, batch, rng):
+            state, metrics = steps.train_fn(state, batch, rng)
+            if not first:
+                first.append(metrics)
+            return state, metrics
+
+        def on_log(step: int, summary: dict) -> None:
+            if monitor.enabled and monitor.reference is None and first:
+                monitor.reference = {k: float(v) for k, v in jax.device_get(first[0]).items()}
+            monitor.check(step, summary, "train")
+
+        keep_first = int(state.step) == 0 and monitor.reference is None
         result = train_loop(
-            state, steps.train_fn, batches if prefetch else map(place, data),
+            state, first_step_kept if keep_first else steps.train_fn, batches if prefetch else map(place, data),
             jax.random.key(config.seed, impl=config.get("rng_impl", "threefry2x32")), total=total, ckpt=ckpt,
             writer=writer, progress=Progress(int(state.step), total, config.batch_size, enabled=is_main),
             log_every=config.log_every, checkpoint_every=config.checkpoint_every, meta=meta, after_step=after_step,
-            preemption=preemption)
+            preemption=preemption, on_log=on_log)
         if result.train:
             last["train"] = result.train
     finally:

@@ -33,7 +33,7 @@ def test_outputs(straight_run):
     for key in ("loss", "mlm_accuracy", "nsp_accuracy", "learning_rate", "grad_norm", "param_norm",
                 "steps_per_sec", "examples_per_sec"):
         assert key in train[-1], key
-    assert [r["step"] for r in read_metrics(workdir, "eval")] == [3, 6]
+    assert [r["step"] for r in read_metrics(workdir, "eval")] == [0, 3, 6]  # step 0: the health reference
     assert last["train"]["loss"] == train[-1]["loss"]
     assert list((workdir / "tensorboard" / "train").glob("events.out.tfevents.*"))
 
