@@ -39,6 +39,17 @@ USER_ERRORS = (ValueError, UnicodeDecodeError, FileNotFoundError, NotADirectoryE
                PermissionError, FileExistsError, PackageDataError, UserError)
 
 
+def require_extra(extra: str, *modules: str, purpose: str) -> None:
+    """Raises `UserError` naming ``pip install 'bert-jax[extra]'`` when one of ``modules`` (packages of
+    an optional extra, e.g. the server's) is not installed; the core install leaves them out."""
+    import importlib.util
+
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise UserError(f"{purpose} needs {', '.join(missing)}, which the core install leaves out: "
+                        f"pip install 'bert-jax[{extra}]' (or pip install -e '.[{extra}]' in a checkout)")
+
+
 def is_user_error(e: BaseException) -> bool:
     """Whether ``e`` is reported as one line (`USER_ERRORS`, TF's file errors) or keeps its traceback."""
     if isinstance(e, USER_ERRORS):

@@ -28,8 +28,12 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
+APPS_MODULES = ("starlette", "uvicorn", "prometheus_client", "httpx")  # pyproject.toml's `apps` extra
+
+
 def main() -> None:
     args = parse_args()
+    cli.require_extra("apps", *APPS_MODULES, purpose="the server")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     from input_pipeline import hide_accelerators_from_tf
 

@@ -57,6 +57,8 @@ def run(init: str, text: str, output, *, text_b: str | None = None, png=None, la
     for path in (output, png):
         if path:
             check_output_file(path)
+    if png:
+        cli.require_extra("apps", "matplotlib", purpose="--png")
     model, tokenizer = attention.load(init, vocab)
     num_layers, num_heads = model.cfg.num_layers, model.cfg.num_heads
     start = layer_index(layer, num_layers)
