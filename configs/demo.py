@@ -1,19 +1,21 @@
-r"""``make demo``'s pre-training stage: the tiny BERT (2 layers, 128 hidden) on the English Wikipedia
-excerpt of the gensim wheel, MLM + NSP with dynamic masking, within a few minutes of 2 CPU cores.
-`python -m bert_jax.demo` runs it (after building the vocabulary); by hand:
+r"""``make demo``'s pre-training stage: a tiny encoder (2 layers, 128 hidden) on the English Wikipedia
+excerpt of the gensim wheel and the review task's unlabelled training sentences, within a few
+minutes of 2 CPU cores. `python -m bert_jax.demo` runs it (after building the vocabulary); by hand:
 
-    python train.py --config configs/demo.py:steps=400 --workdir /tmp/demo_pretrain \
-        --config.data.vocab=DEMO_WORKDIR/vocab/vocab.txt
+    python train.py --config configs/demo.py:model=electra --workdir /tmp/demo_pretrain \
+        --config.data.vocab=DEMO_WORKDIR/vocab/vocab.txt --config.data.input=pkg:wikipedia,TASK_TEXT
 
-Named arguments: ``model`` (bert: MLM + NSP; electra: replaced-token detection), ``steps``
-(optimizer steps; default `DEFAULT_STEPS` of the model), ``lr``, ``batch``.
+Named arguments: ``model`` (electra: replaced-token detection, the demo's default row; bert: MLM +
+NSP), ``steps`` (optimizer steps; default `DEFAULT_STEPS` of the model), ``lr``, ``batch``.
 
-ELECTRA (``model=electra``, ``python -m bert_jax.demo --pretrain_models bert,electra``): the same
-tiny network as the discriminator (2 layers × 128, E = 128, so fine-tuning starts from the same
-architecture as the BERT row; its pooler starts fresh), a generator of 1/4 its width (32 wide, one
+ELECTRA (``model=electra``, what ``python -m bert_jax.demo`` pre-trains by default): the tiny BERT
+network as the discriminator (2 layers × 128, E = 128, so fine-tuning starts from the same
+architecture as the scratch row; its pooler starts fresh), a generator of 1/4 its width (32 wide, one
 head), loss MLM + 50 · replaced-token BCE, and everything else as the BERT run but its learning
-rate, 1e-4 (`DEFAULT_LR`; the best held-out AUC of those tried, 2e-3 collapses, docs/choices.md). Its default
-step count gives about the BERT run's wall time on the project's 2-core machine (docs/family.md).
+rate, 1e-4 (`DEFAULT_LR`; the best held-out AUC of those tried, 2e-3 collapses, and the best
+transfer of 1e-4 / 2e-4, docs/choices.md). It is the default because it transfers at this budget:
+fine-tuned from it, every seed beats the from-scratch mean, which MLM + NSP's 400 steps do not
+reliably (docs/choices.md, "Transfer in the demo"). Its 250 steps take about the BERT run's wall time.
 
 Departures from configs/pretrain.py's runlocal settings and why (only the learning rate was chosen
 with the review task's dev split):
@@ -29,7 +31,8 @@ with the review task's dev split):
   probe), where 2e-3, MLM accuracy's pick, does worse the longer it trains (docs/choices.md);
 * the corpus is Wikipedia plus the review task's *training* sentences without their labels (in-domain
   text; `python -m bert_jax.demo --no_task_text` leaves them out), as the demo passes it in
-  ``data.input``. The default of 400 steps (~4 minutes) keeps the whole demo within 15 minutes;
+  ``data.input``. The defaults (BERT 400 steps, ELECTRA 250: each about 2 minutes of
+  steps) keep the whole demo within 15 minutes (13 min 45 s with ELECTRA, README);
 * dropout 0: a few epochs over the text do not overfit, and dropout costs ~30% of a CPU step;
 * 10% of the documents (every 10th) held out for evaluation, evaluated in full every 100 steps.
 """

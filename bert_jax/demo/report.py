@@ -122,8 +122,9 @@ class Report:
         nan = float("nan")
         if model == "electra":
             what, extra = "generator MLM + 50 × replaced-token detection", (
-                f"; the discriminator tells replaced tokens on {final.get('rtd_accuracy', nan):.3f} of real tokens "
-                f"({final.get('rtd_replaced_fraction', nan):.3f} replaced)")
+                f"; the discriminator's held-out AUC **{final.get('rtd_auc', nan):.3f}** (BCE "
+                f"{final.get('rtd_bce_over_prior', nan):.2f} × the label prior's entropy), right on "
+                f"{final.get('rtd_accuracy', nan):.3f} of real tokens ({final.get('rtd_replaced_fraction', nan):.3f} replaced)")
             accuracy = "generator MLM accuracy"
         else:
             what, extra = "MLM + NSP", f"; NSP accuracy {final.get('nsp_accuracy', nan):.3f}"
@@ -181,8 +182,12 @@ class Report:
         lines.append("")
         for model, run in self.pretrain.items():
             curve = ", ".join(f"{s}: {a:.3f}" for s, a in run.get("curve", []))
-            lines.append(f"{model.upper()}: MLM accuracy on the held-out documents during pre-training "
+            what = "generator's MLM accuracy" if model == "electra" else "MLM accuracy"
+            lines.append(f"{model.upper()}: {what} on the held-out documents during pre-training "
                          f"(step: accuracy): {curve}.")
+            if run.get("auc_curve"):
+                auc = ", ".join(f"{s}: {a:.3f}" for s, a in run["auc_curve"])
+                lines.append(f"{model.upper()}: the discriminator's held-out AUC (step: AUC): {auc}.")
         lines += [
                   f"The unigram baseline is measured on {base.get('masked_tokens', 0):,} masked positions "
                   f"({base.get('eval_passes')} passes over the held-out documents, dynamic masks).", ""]

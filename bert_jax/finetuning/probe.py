@@ -44,19 +44,24 @@ class ProbeResult:
 
 def sentence_vectors(encoder_fn, features: dict[str, np.ndarray], batch_size: int = 256) -> dict[str, np.ndarray]:
     """{"cls": [N, H], "mean": [N, H]} float32 from ``encoder_fn(input_ids, input_mask, segment_ids)``
-    -> last layer [batch, length, H], in batches of ``batch_size`` rows cut to their longest row (rounded up to 32)."""
+    -> last layer [batch, length, H], rows in the order given. Rows are batched by length (sorted, so
+    a batch's rows are alike), ``batch_size`` at a time, each batch cut to its longest row rounded up
+    to 32 (few compiles, little padding)."""
     n = len(features["input_ids"])
     lengths = features["input_mask"].sum(1)  # [N]
+    order = np.argsort(lengths, kind="stable")  # [N]
     out = {p: [] for p in POOLINGS}
     for start in range(0, n, batch_size):
-        rows = slice(start, start + batch_size)
+        rows = order[start:start + batch_size]
         width = min(-(-max(int(lengths[rows].max()), 1) // 32) * 32, features["input_ids"].shape[1])  # few compiles
         ids, mask, seg = (features[k][rows, :width] for k in ("input_ids", "input_mask", "segment_ids"))
         hidden = np.asarray(encoder_fn(ids, mask, seg), np.float32)  # [batch, width, H]
         m = mask[..., None].astype(np.float32)  # [batch, width, 1]
         out["cls"].append(hidden[:, 0])
         out["mean"].append((hidden * m).sum(1) / np.maximum(m.sum(1), 1.0))
-    return {p: np.concatenate(v) for p, v in out.items()}
+    inverse = np.empty_like(order)
+    inverse[order] = np.arange(n)
+    return {p: np.concatenate(v)[inverse] for p, v in out.items()}
 
 
 def fit_and_score(train_x: np.ndarray, train_y: np.ndarray, dev_x: np.ndarray, dev_y: np.ndarray,

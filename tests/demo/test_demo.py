@@ -25,9 +25,14 @@ def test_arguments_defaults_aliases_and_errors(tmp_path, monkeypatch, capsys):
     assert demo.parse_args(["--task_file", str(reviews), "--pretrain_steps", "7"]).pretrain_steps == 7
     args = demo.parse_args(["--pretrain_models", "bert, electra", "--pretrain_steps", "80"])
     assert args.pretrain_models == ["bert", "electra"]
-    # ELECTRA's steps keep the defaults' ratio (about the same wall time as BERT's): 250/400 of 80.
+    # --pretrain_steps are the first model's; the others keep the defaults' ratio (about the same
+    # wall time): ELECTRA 250/400 of BERT's 80.
     assert demo.pretrain_arg(args, "electra") == "model=electra,steps=50"
-    assert demo.pretrain_arg(args, "bert") == "steps=80"
+    assert demo.pretrain_arg(args, "bert") == "model=bert,steps=80"
+    args = demo.parse_args(["--pretrain_steps", "100"])
+    assert args.pretrain_models == ["electra"]  # the default: it transfers at this budget (docs/choices.md)
+    assert demo.pretrain_arg(args, "electra") == "model=electra,steps=100"
+    assert demo.pretrain_arg(demo.parse_args([]), "electra") == "model=electra"
     for bad, message in ((["--pretrain_steps", "0"], "must be positive"), (["--seeds", "-1"], "must be positive"),
                          (["--corpus", str(tmp_path / "nope.txt")], "no such file"),
                          (["--task-file", str(tmp_path / "nope.tsv")], "no such file"),
@@ -72,8 +77,9 @@ def test_report_table(tmp_path):
                            "curve": [[5, 0.05], [10, 0.11]], "final": {"mlm_accuracy": 0.11, "nsp_accuracy": 0.6},
                            "baseline": baseline},
                   "electra": {"steps": 8, "batch": 64, "seq_len": 128, "dir": str(tmp_path / "pretrain-electra-8"),
-                              "curve": [[8, 0.07]], "baseline": baseline,
-                              "final": {"mlm_accuracy": 0.07, "rtd_accuracy": 0.9, "rtd_replaced_fraction": 0.12}}}
+                              "curve": [[8, 0.07]], "auc_curve": [[0, 0.5], [8, 0.81]], "baseline": baseline,
+                              "final": {"mlm_accuracy": 0.07, "rtd_accuracy": 0.9, "rtd_replaced_fraction": 0.12,
+                                        "rtd_auc": 0.81, "rtd_bce_over_prior": 0.87}}}
     row = dict(seeds=3, per_seed=[0.6, 0.61, 0.62], mean=0.61, steps=891, epochs=3.0, lr=1e-4, batch=32,
                max_train_examples=0, fixed_steps=0)
     r.finetune = [dict(row, label="tiny, pre-trained here", pooling="mean", probe={"mean": 0.71, "cls": 0.65}),
@@ -93,6 +99,8 @@ def test_report_table(tmp_path):
     assert "| total | | | 7 min 10 s |" in text and "5: 0.050, 10: 0.110" in text
     assert "| 3e. pre-training, tiny ELECTRA, 8 steps × 64 × 128, generator MLM + 50 × replaced-token " \
            "detection | generator MLM accuracy **0.070**" in text and "on 0.900 of real tokens (0.120 replaced)" in text
+    assert "the discriminator's held-out AUC **0.810** (BCE 0.87 × the label prior's entropy)" in text
+    assert "ELECTRA: the discriminator's held-out AUC (step: AUC): 0: 0.500, 8: 0.810." in text
     assert "| 1 min 14 s |" in text and "`pretrain-electra-8/`" in text
     assert "majority class scores 0.506" in text and f"tensorboard --logdir {tmp_path}" in text
     assert r.write(text).read_text() == text
@@ -107,18 +115,19 @@ def test_demo_end_to_end_with_few_steps_then_reuses_everything(tmp_path, capsys)
     assert demo.main(argv) == 0
     out = capsys.readouterr().out
     text = (work / "demo_results.md").read_text()
-    assert text in out and "==> [3] pre-training" in out
-    for needle in ("| 3. pre-training, tiny BERT, 8 steps × 32 × 128", "unigram baseline 0.0",
-                   "| 4a. fine-tune tiny, pre-trained here (pretrain-8)", "| 4b. fine-tune tiny, from scratch",
+    assert text in out and "==> [3e] pre-training" in out
+    for needle in ("| 3e. pre-training, tiny ELECTRA, 8 steps × 32 × 128", "unigram baseline 0.0",
+                   "the discriminator's held-out AUC **",
+                   "| 4a. fine-tune tiny, pre-trained here (pretrain-electra-8)", "| 4b. fine-tune tiny, from scratch",
                    "| 4c. fine-tune all-MiniLM-L6-v2", "(mean of 2 seeds:", "(mean of 1 seed:", "6 steps"):
         assert needle in text, needle
-    baseline = json.loads((work / "pretrain-8" / "unigram_baseline.json").read_text())[1]
+    baseline = json.loads((work / "pretrain-electra-8" / "unigram_baseline.json").read_text())[1]
     assert baseline["token"] == "the" and 0.03 < baseline["accuracy"] < 0.08
-    for row in ("pretrained-pretrain-8", "scratch", "minilm"):
+    for row in ("pretrained-pretrain-electra-8", "scratch", "minilm"):
         results = json.loads((work / "finetune" / row / "results.json").read_text())
         assert all(0.0 <= r["dev"]["accuracy"] <= 1.0 for r in results["per_seed"])
         assert math.isfinite(results["summary"]["dev"]["accuracy"]["mean"])
-    assert (work / "pretrain-8" / "tensorboard" / "eval").is_dir()
+    assert (work / "pretrain-electra-8" / "tensorboard" / "eval").is_dir()
     assert demo.main(argv) == 0
     out = capsys.readouterr().out
     assert "reusing" in out and "reusing the finished run" in out and "step 1/" not in out

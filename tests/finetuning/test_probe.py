@@ -36,6 +36,26 @@ def test_sentence_vectors_pool_real_tokens_only():
     np.testing.assert_allclose(out["mean"], [[4, 4, 4], [4, 4, 4]])
 
 
+def test_sentence_vectors_batch_by_length_and_keep_the_order():
+    rng = np.random.default_rng(0)
+    lengths = np.array([70, 3, 40, 5, 100, 4, 33, 6])  # [N], unsorted
+    ids = np.zeros((8, 128), np.int32)
+    for row, n in enumerate(lengths):
+        ids[row, :n] = rng.integers(4, 1000, n)
+    mask = (ids > 0).astype(np.int32)
+    widths = []
+
+    def encoder(i, m, s):  # hidden state = the token id
+        widths.append(i.shape[1])
+        return np.repeat(i[..., None].astype(np.float32), 2, -1)
+
+    out = fp.sentence_vectors(encoder, {"input_ids": ids, "input_mask": mask, "segment_ids": 0 * ids}, batch_size=2)
+    expected = np.array([ids[r, :n].mean() for r, n in enumerate(lengths)])
+    np.testing.assert_allclose(out["mean"][:, 0], expected, rtol=1e-6)
+    np.testing.assert_allclose(out["cls"][:, 0], ids[:, 0])
+    assert widths == [32, 32, 64, 128]  # rows alike in length share a batch: little padding
+
+
 def _tiny(**kw):
     return BertConfig.from_size("tiny", vocab_size=50, hidden_size=32, num_heads=2, intermediate_size=64,
                                 hidden_dropout_prob=0.0, attention_dropout_prob=0.0, **kw)
