@@ -124,7 +124,8 @@ class Report:
             what, extra = "generator MLM + 50 × replaced-token detection", (
                 f"; the discriminator's held-out AUC **{final.get('rtd_auc', nan):.3f}** (BCE "
                 f"{final.get('rtd_bce_over_prior', nan):.2f} × the label prior's entropy), right on "
-                f"{final.get('rtd_accuracy', nan):.3f} of real tokens ({final.get('rtd_replaced_fraction', nan):.3f} replaced)")
+                f"{final.get('rtd_accuracy', nan):.3f} of real tokens "
+                f"({final.get('rtd_replaced_fraction', nan):.3f} replaced)")
             accuracy = "generator MLM accuracy"
         else:
             what, extra = "MLM + NSP", f"; NSP accuracy {final.get('nsp_accuracy', nan):.3f}"
