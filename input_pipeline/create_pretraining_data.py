@@ -44,8 +44,8 @@ from input_pipeline.package_data import resolve
 from input_pipeline.pretraining_shards import (
     COMPRESSIONS,
     PREFIX,
-    Job,
     Settings,
+    ShardingJob,
     in_worker,
     init_worker,
     read_unit,
@@ -136,7 +136,7 @@ def create_pretraining_data(input_spec, output_dir: str, tokenizer, *, num_worke
     start = time.time()
     workers = max(1, min(num_workers, max(len(units), s.num_shards)))
     with tempfile.TemporaryDirectory(prefix="pretrain-spill-") as spill_dir:
-        job = Job(s, tuple(units), output_dir, spill_dir, tokenizer.vocab_file, tokenizer.lower_case)
+        job = ShardingJob(s, tuple(units), output_dir, spill_dir, tokenizer.vocab_file, tokenizer.lower_case)
         pool = queue = None
         if workers > 1:
             ctx = multiprocessing.get_context("spawn")  # TF is not fork-safe

@@ -72,7 +72,7 @@ class Settings:
 
 
 @dataclasses.dataclass(frozen=True)
-class Job:
+class ShardingJob:
     """What either stage needs, in the parent process or a worker."""
 
     settings: Settings
@@ -97,11 +97,11 @@ def route(unit: int, doc: int, num_units: int, num_shards: int) -> int:
     return unit + num_units * (doc % len(range(unit, num_shards, num_units)))
 
 
-def _spill_path(job: Job, shard: int, unit: int) -> str:
+def _spill_path(job: ShardingJob, shard: int, unit: int) -> str:
     return os.path.join(job.spill_dir, f"s{shard:05d}-u{unit:05d}.bin")
 
 
-def read_unit(job: Job, unit: int, tokenizer, notify) -> dict:
+def read_unit(job: ShardingJob, unit: int, tokenizer, notify) -> dict:
     """Stage 1: one input file → tokenized documents spilled per shard; returns counts."""
     s = job.settings
     report = sources.SourceReport()
@@ -130,7 +130,7 @@ def read_unit(job: Job, unit: int, tokenizer, notify) -> dict:
     return {"report": report, **counts}
 
 
-def write_shard(job: Job, shard: int, tokenizer, notify) -> dict:
+def write_shard(job: ShardingJob, shard: int, tokenizer, notify) -> dict:
     """Stage 2: one shard's documents → instances → (masks) → a complete TFRecord file."""
     s = job.settings
     spilled = glob.glob(os.path.join(job.spill_dir, f"s{shard:05d}-u*.bin"))
