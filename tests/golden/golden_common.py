@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -29,4 +30,18 @@ def read_review_sentences(path: Path) -> list[str]:
         if len(fields) != 3:
             raise ValueError(f"{path}:{n}: expected 3 tab-separated fields, found {len(fields)}")
         out.append(fields[2])
+    return out
+
+
+def saved(model, prefix: str = "") -> dict:
+    """What a transformers model's ``save_pretrained`` writes: ``{prefix}tensor/<name>`` arrays and
+    ``{prefix}config_json`` (safetensors and numpy imported here: only the golden venv has them all)."""
+    import numpy as np
+    from safetensors import safe_open
+
+    with tempfile.TemporaryDirectory() as d:
+        model.save_pretrained(d, safe_serialization=True)
+        with safe_open(Path(d) / "model.safetensors", "np") as f:
+            out = {f"{prefix}tensor/{k}": f.get_tensor(k) for k in sorted(f.keys())}
+        out[f"{prefix}config_json"] = np.str_((Path(d) / "config.json").read_text())
     return out

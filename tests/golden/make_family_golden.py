@@ -21,14 +21,13 @@ from __future__ import annotations
 import argparse
 import platform
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import safetensors
 import torch
 import transformers
-from safetensors import safe_open
+from golden_common import saved  # tests/golden/golden_common.py (the script's directory)
 from transformers import (
     AlbertConfig,
     AlbertForPreTraining,
@@ -86,16 +85,6 @@ def inputs(seed: int, pad_id: int, *, segments: bool) -> dict[str, torch.Tensor]
         if segments:
             types[i, split:n] = 1
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
-
-
-def saved(model: torch.nn.Module, prefix: str = "") -> dict[str, np.ndarray]:
-    """What ``save_pretrained`` writes: ``{prefix}tensor/<name>`` arrays and ``{prefix}config_json``."""
-    with tempfile.TemporaryDirectory() as d:
-        model.save_pretrained(d, safe_serialization=True)
-        with safe_open(Path(d) / "model.safetensors", "np") as f:
-            out = {f"{prefix}tensor/{k}": f.get_tensor(k) for k in sorted(f.keys())}
-        out[f"{prefix}config_json"] = np.str_((Path(d) / "config.json").read_text())
-    return out
 
 
 def as_np(x: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:

@@ -46,14 +46,13 @@ import copy
 import json
 import platform
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import safetensors
 import torch
 import transformers
-from safetensors import safe_open
+from golden_common import saved  # tests/golden/golden_common.py (the script's directory)
 from transformers import BertConfig, BertForPreTraining, ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining
 
 HERE = Path(__file__).resolve().parent
@@ -235,16 +234,6 @@ def no_padding_idx(*models: torch.nn.Module) -> None:
     of a lookup of id 0. That matters when ELECTRA's generator samples [PAD] at a masked position."""
     for model in models:
         model.get_input_embeddings().padding_idx = None
-
-
-def saved(model: torch.nn.Module, prefix: str) -> dict[str, np.ndarray]:
-    """What ``save_pretrained`` writes: ``{prefix}tensor/<name>`` arrays and ``{prefix}config_json``."""
-    with tempfile.TemporaryDirectory() as d:
-        model.save_pretrained(d, safe_serialization=True)
-        with safe_open(Path(d) / "model.safetensors", "np") as f:
-            out = {f"{prefix}tensor/{k}": f.get_tensor(k) for k in sorted(f.keys())}
-        out[f"{prefix}config_json"] = np.str_((Path(d) / "config.json").read_text())
-    return out
 
 
 def trajectory(records: list[dict[str, float]]) -> dict[str, np.ndarray]:
