@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import tempfile
 from pathlib import Path
@@ -45,3 +46,17 @@ def saved(model, prefix: str = "") -> dict:
             out = {f"{prefix}tensor/{k}": f.get_tensor(k) for k in sorted(f.keys())}
         out[f"{prefix}config_json"] = np.str_((Path(d) / "config.json").read_text())
     return out
+
+
+def start(doc: str, out: Path, argv: list[str] | None = None) -> argparse.Namespace:
+    """A torch golden script's start: ``--out`` (default ``out``), torch on 2 threads (the numbers
+    were made so), no download progress bars."""
+    import torch
+    import transformers
+
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
+    parser.add_argument("--out", type=Path, default=out)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(2)
+    transformers.utils.logging.disable_progress_bar()
+    return args

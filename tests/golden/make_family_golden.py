@@ -18,7 +18,6 @@ tables and embedding LayerNorm equal the discriminator's, as in ELECTRA's pre-tr
 
 from __future__ import annotations
 
-import argparse
 import platform
 import sys
 from pathlib import Path
@@ -27,7 +26,7 @@ import numpy as np
 import safetensors
 import torch
 import transformers
-from golden_common import saved  # tests/golden/golden_common.py (the script's directory)
+from golden_common import saved, start  # tests/golden/golden_common.py (the script's directory)
 from transformers import (
     AlbertConfig,
     AlbertForPreTraining,
@@ -146,11 +145,7 @@ def make_roberta() -> dict[str, np.ndarray]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path, default=HERE)
-    args = parser.parse_args(argv)
-    torch.set_num_threads(2)
-    transformers.utils.logging.disable_progress_bar()
+    args = start(__doc__, HERE, argv)
     args.out.mkdir(parents=True, exist_ok=True)
     for family, make in (("albert", make_albert), ("electra", make_electra), ("roberta", make_roberta)):
         with torch.no_grad():

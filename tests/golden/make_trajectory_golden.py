@@ -41,7 +41,6 @@ in place of bert-jax's draw, so everything but the random draw itself is bert-ja
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import platform
@@ -52,7 +51,7 @@ import numpy as np
 import safetensors
 import torch
 import transformers
-from golden_common import saved  # tests/golden/golden_common.py (the script's directory)
+from golden_common import saved, start  # tests/golden/golden_common.py (the script's directory)
 from transformers import BertConfig, BertForPreTraining, ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining
 
 HERE = Path(__file__).resolve().parent
@@ -352,11 +351,7 @@ def make_electra(batches) -> dict[str, np.ndarray]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path, default=HERE)
-    args = parser.parse_args(argv)
-    torch.set_num_threads(2)
-    transformers.utils.logging.disable_progress_bar()
+    args = start(__doc__, HERE, argv)
     batches = make_batches(60)
     arrays = {**{f"batch/{k}": v for k, v in batches.items()}, **make_bert(batches), **make_electra(batches)}
     args.out.mkdir(parents=True, exist_ok=True)
