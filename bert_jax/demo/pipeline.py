@@ -52,7 +52,7 @@ TINY_FINETUNE = dict(lr=1e-4, epochs=1.0, batch=16, max_train_examples=0,
                      # compile a few shapes, unpadded blocks one per token count (configs/sentiment.py)
                      execution={"unpad_multiple": 0, "length_multiple": 32})
 MINILM_FINETUNE = dict(lr=5e-5, epochs=1.0, batch=16, seeds=1, max_train_examples=MINILM_EXAMPLES,
-                       execution=TINY_FINETUNE["execution"])  # 125 steps: compiles cost more than padding
+                       execution=TINY_FINETUNE["execution"])  # a short run: compiles cost more than padding
 PRETRAIN_MODELS = ("bert", "electra")
 # ELECTRA by default: at the demo's budget (a few CPU minutes) its discriminator fine-tunes above
 # scratch on every seed, MLM + NSP does not reliably (docs/choices.md, "Transfer in the demo").
