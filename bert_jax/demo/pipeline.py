@@ -37,6 +37,7 @@ from pathlib import Path
 
 from bert_jax.demo import report as demo_report
 from input_pipeline import cli
+from input_pipeline.files import write_atomically
 
 VOCAB_SIZE = 8000
 # The task's unlabelled training sentences join the pre-training corpus (`task_text`; --no_task_text
@@ -203,9 +204,7 @@ def task_text(args, report) -> str:
             lines.append(" ".join(example.text.split()))
             if i % TASK_TEXT_DOC_SENTENCES == 0:
                 lines.append("")
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
+        write_atomically(path, ("\n".join(lines) + "\n").encode("utf-8"))
     report.task_text = {"path": str(path), "sentences": sum(1 for line in path.open(encoding="utf-8") if line.strip())}
     print(f"    {report.task_text['sentences']:,} unlabelled training sentences of the task -> {path}", flush=True)
     return str(path)
@@ -323,7 +322,7 @@ def frozen_probe(args, directory: Path, init: str, vocab: str, settings: dict) -
     out = {"accuracy": r.accuracy, "c": r.c, "train_examples": r.train_examples, "init": r.init}
     print(f"    frozen-feature probe ({r.init}): dev accuracy "
           + ", ".join(f"{k} {v:.3f}" for k, v in r.accuracy.items()), flush=True)
-    path.write_text(json.dumps(out, indent=1) + "\n")
+    write_atomically(path, (json.dumps(out, indent=1) + "\n").encode("utf-8"))  # re-runs read it back
     return out
 
 
