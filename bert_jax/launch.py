@@ -1,4 +1,5 @@
-"""``run(config, workdir)``: the one entry point of ``train.py`` (and of tests and the demo).
+"""``run(config, workdir)``: the one entry point of jobs (tests and the demo call it); ``main``, what
+``python train.py`` runs around it: the process's start and end in one place.
 
 A config with a ``task`` section (configs/glue.py, squad.py, ner.py, sentiment.py) fine-tunes
 (`bert_jax.finetuning.trainer`); any other config pre-trains (`bert_jax.training.trainer`).
@@ -15,6 +16,8 @@ checkpoint nothing is removed, nor when the workdir is another trainer's (its lo
 from __future__ import annotations
 
 import errno
+import gc
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -44,6 +47,30 @@ def run(config, workdir: str | Path, preemption=None) -> dict:
         if cli.is_user_error(e) and not isinstance(e, WorkdirBusyError):  # the workdir is another job's
             before.restore()
         raise
+
+
+def main(config, workdir: str | Path) -> None:
+    """``python train.py``: SIGTERM/SIGINT stop the job after a committed checkpoint from here to the
+    end (docs/robustness.md), absl's log at INFO without Orbax's per-save chatter, a diverged run
+    as one ``error:`` line with status 1, and the exit."""
+    from absl import logging as absl_logging
+
+    from bert_jax.training.job import Preemption
+    from bert_jax.training.loop import TrainingDivergedError
+
+    preemption = Preemption(sigterm=not config.get("multihost", False))
+    absl_logging.set_verbosity(absl_logging.INFO)
+    absl_logging.get_absl_handler().addFilter(lambda r: r.levelno >= logging.WARNING or "orbax" not in r.pathname)
+    try:
+        run(config, workdir, preemption)
+    except TrainingDivergedError as e:
+        cli.fail(e, status=1)
+    finally:
+        preemption.close()
+    # Everything is saved and closed. Python's last garbage collection at exit walks the job's
+    # objects (the in-memory corpus, TensorFlow's): 40 s on the tiny runlocal job, a preemption's
+    # grace period. Frozen objects are left to the OS (docs/robustness.md).
+    gc.freeze()
 
 
 def check_config(config) -> None:

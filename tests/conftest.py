@@ -142,9 +142,10 @@ def load_config():
 def tiny_config():
     """``tiny_config(steps=6, model="bert", **overrides)``: tiny pre-training on synthetic batches
     (vocabulary 101, length 16, batch 8), data-parallel over the 8 fake CPU devices; log/checkpoint/eval
-    every 2/3/3. ``model`` picks the family's recipe (configs/pretrain.py: roberta, albert, electra)."""
+    every 2/3/3. ``model`` picks the family's recipe (configs/pretrain.py: roberta, albert, electra);
+    ``model_overrides`` updates ``config.model``."""
 
-    def tiny_config(steps=6, model="bert", **kw):
+    def tiny_config(steps=6, model="bert", model_overrides=None, **kw):
         arg = "size=tiny" if model == "bert" else f"model={model}"
         c = _load_config("pretrain", f"{arg},runlocal,synthetic")
         c.model.update(vocab_size=101, max_position_embeddings=32)
@@ -156,6 +157,7 @@ def tiny_config():
         c.mesh_shape = (-1, 1, 1)  # data-parallel over the 8 fake CPU devices
         for k, v in kw.items():
             c[k] = v
+        c.model.update(model_overrides or {})
         return c
 
     return tiny_config

@@ -16,7 +16,7 @@ ROOT = Path(__file__).parents[1]
 LAYERS = (
     ("input_pipeline",),
     ("bert_jax.config_args",),
-    ("bert_jax.model",),
+    ("bert_jax.model", "bert_jax.resolve"),
     ("bert_jax.training",),
     ("bert_jax.interop",),
     ("bert_jax.finetuning",),

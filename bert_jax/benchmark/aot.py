@@ -31,7 +31,7 @@ import sys
 import time
 
 from bert_jax.benchmark.tpu_topology import CHIPS, Chip, topology_name, tpu_devices  # noqa: F401 (aot.CHIPS ...)
-from bert_jax.model.execution import resolve_dropout, resolve_dtype, resolve_scan
+from bert_jax.resolve import resolve
 from input_pipeline import cli
 
 
@@ -61,13 +61,7 @@ def load_config(spec: str, overrides: list[str]):
         if last not in node:
             raise ValueError(f"--config.{key}: the config has no key {last!r}")
         node[last] = tuple(value) if isinstance(node[last], tuple) and isinstance(value, list) else value
-    if config.get("model", {}).get("dtype") == "auto":  # "auto" means the platform that runs it: the TPU,
-        config.model.dtype = resolve_dtype("auto", "tpu")  # not this host's CPU
-    if config.get("model", {}).get("scan_layers") == "auto":  # likewise: scanned on TPU
-        config.model.scan_layers = str(resolve_scan("auto", "tpu")).lower()
-    if config.get("model", {}).get("dropout_impl") == "auto":  # and jax.random's dropout bits
-        config.model.dropout_impl = resolve_dropout("auto", "tpu")
-    return config
+    return resolve(config, "tpu")  # "auto" means the platform that runs it: the TPU, not this host's CPU
 
 
 def compile_step(config, devices, batch_size: int) -> dict:

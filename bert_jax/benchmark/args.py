@@ -77,12 +77,6 @@ def parse_args(argv=None, usage: str = "") -> argparse.Namespace:
     p.add_argument("--torch_threads", type=int, default=2, help="--compare: torch.set_num_threads")
     p.add_argument("--profile", default="", metavar="DIR",
                    help="after the timed steps, trace one more step with jax.profiler into DIR")
-    p.add_argument("--reuse_host_memory", default="default", choices=("auto", "reuse", "default"),
-                   help="keep freed host buffers mapped (bert_jax/training/host_memory.py; the whole process, "
-                        "references too)")
-    p.add_argument("--host_huge_pages", default="auto", choices=("auto", "off"),
-                   help="as train.py's config.host_huge_pages: on a CPU backend re-execute once with glibc's "
-                        "transparent huge pages for large buffers (the whole process, references too)")
     p.add_argument("--json", action="store_true", help="print the JSON line instead of a summary")
     p.add_argument("--output", default="", metavar="PATH",
                    help="append each result to PATH as a JSON line (default: no results file)")
@@ -166,8 +160,7 @@ def variant_args(parser, argv: list[str], variant: str) -> argparse.Namespace:
     """The arguments of ``--variant variant``: ``argv`` with the variant's flags added (they win)."""
     extra = shlex.split(variant)
     flags = {x.split("=")[0] for x in extra if x.startswith("--")}
-    clash = sorted(flags & {*SHAPE_FLAGS, "--variant", "--compare", "--memory_only", "--find_max_batch",
-                            "--reuse_host_memory", "--host_huge_pages"})  # settings of the whole process
+    clash = sorted(flags & {*SHAPE_FLAGS, "--variant", "--compare", "--memory_only", "--find_max_batch"})
     if clash or not flags:
         parser.error(f"--variant {variant!r}: expected flags that change how the step runs (e.g. '--rng_impl rbg'), "
                      f"not the shapes or the mode; {', '.join(clash) or 'no flag'} given")

@@ -53,8 +53,8 @@ FlaxBertForPreTraining on the same shapes in the same run, taking turns with our
 the same turns: the way to measure a lever's before/after on a machine whose speed drifts.
 ``--references_only`` times the ``--compare`` implementations without ours; with it
 ``python -m bert_jax.benchmark.processes`` runs each implementation in a process of its own, taking
-turns, as their users run them. Like ``train.py``, the command first re-executes itself once with
-glibc's huge pages on a CPU backend (``--host_huge_pages auto``; bert_jax/training/host_memory.py).
+turns, as their users run them. Host allocator settings (glibc's huge pages, README "CPU launch
+line") come from the environment the command starts in, as for ``train.py``.
 """
 
 from __future__ import annotations
@@ -65,15 +65,11 @@ import time
 from bert_jax.benchmark.args import parse_args
 from bert_jax.benchmark.memory import find_max_batch
 from bert_jax.benchmark.timing import Bench, run_one, summary
-from bert_jax.training import host_memory
 from input_pipeline.cli import UserError
 
 
 def main(argv=None) -> list[dict]:
     args = parse_args(argv, usage=__doc__)
-    if argv is None:  # the command itself (not a test calling main): as train.py, huge pages first
-        host_memory.use_huge_pages(args.host_huge_pages)
-    host_memory.reuse_freed_memory(args.reuse_host_memory)  # before JAX starts; the whole process
     compare = None
     if args.compare or args.variants:
         from bert_jax.benchmark import compare

@@ -160,8 +160,9 @@ class Runner:
     def __init__(self, args, kind: str, train: dict, dev: dict):
         self.args, self.kind, self.train, self.dev = args, kind, train, dev
         config = load_config_file("sentiment" if kind == "classification" else "squad", "")
-        cfg = BertConfig.from_size(args.size, vocab_size=args.vocab_size,
+        cfg = BertConfig.from_size(args.size, vocab_size=args.vocab_size, dropout_impl="auto",
                                    max_position_embeddings=max(512, args.max_seq_length))
+        cfg = cfg.for_platform(jax.default_backend())
         shape = tuple(int(x) for x in args.mesh.split(","))
         self.mesh = sh.make_mesh(shape, jax.devices() if -1 in shape else jax.devices()[: int(np.prod(shape))])
         self.steps = build_steps(config, cfg, kind, 2, 1000, self.mesh)

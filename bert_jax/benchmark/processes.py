@@ -5,12 +5,12 @@ r"""Our default step against Hugging Face's, each in a process of its own, as it
 
 Each round runs one process after another (so a change in the machine's speed falls on all of them):
 
-- ours: ``python -m bert_jax.benchmark ARGS --json``, the project's defaults, which on a CPU include
-  the re-execution with glibc's huge pages (``--host_huge_pages auto``, bert_jax/training/host_memory.py);
-- each reference: ``python -m bert_jax.benchmark ARGS --compare REF --references_only
-  --host_huge_pages off --json``: Hugging Face's step alone, in the environment this command was
-  started with (``--same_environment`` lets the references re-execute with huge pages too, which
-  measures our step against theirs with that setting taken out of the comparison).
+- ours: ``python -m bert_jax.benchmark ARGS --json``, the project's defaults;
+- each reference: ``python -m bert_jax.benchmark ARGS --compare REF --references_only --json``:
+  Hugging Face's step alone.
+
+All in the environment this command was started with (glibc's huge pages, README's "CPU launch
+line", reach every process alike or none).
 
 Reported per implementation: the median over rounds of each process's median step time, and ours
 over theirs in tokens/s (the same B·S tokens a step for all). ``--output PATH`` appends every
@@ -35,8 +35,6 @@ def parse_args(argv=None) -> argparse.Namespace:
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--references", default="hf-torch,hf-flax", help="comma list of --compare implementations")
-    p.add_argument("--same_environment", action="store_true",
-                   help="the references get the huge pages too (--host_huge_pages auto)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds allowed per process")
     p.add_argument("--output", default="", metavar="PATH", help="append the JSON lines to PATH")
     p.add_argument("benchmark_args", nargs=argparse.REMAINDER,
@@ -49,7 +47,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     if not args.benchmark_args:
         p.error("expected the benchmark's arguments after --, e.g. -- --size base --batch_size 8")
     clash = sorted({a.split("=")[0] for a in args.benchmark_args} & {"--compare", "--json", "--references_only",
-                                                                      "--host_huge_pages", "--variant", "--output"})
+                                                                      "--variant", "--output"})
     if clash:
         p.error(f"{', '.join(clash)}: set by this command, not in the benchmark's arguments")
     return args
@@ -58,9 +56,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def commands(args) -> list[tuple[str, list[str]]]:
     """[(implementation, command line)] of one round."""
     base = [sys.executable, "-m", "bert_jax.benchmark", *args.benchmark_args, "--json"]
-    pages = "auto" if args.same_environment else "off"
-    return [("ours", base)] + [(ref, [*base, "--compare", ref, "--references_only", "--host_huge_pages", pages])
-                               for ref in args.references]
+    return [("ours", base)] + [(ref, [*base, "--compare", ref, "--references_only"]) for ref in args.references]
 
 
 def run_process(name: str, cmd: list[str], timeout: float) -> dict:
@@ -89,7 +85,7 @@ def main(argv=None) -> dict:
                   f"({time.perf_counter() - t:.0f} s, load {r['load_average'][0]})", file=sys.stderr, flush=True)
     medians = {k: statistics.median(x["step_time_median_s"] for x in v) for k, v in per_impl.items()}
     summary = {"mode": "processes", "rounds": args.rounds, "benchmark_args": args.benchmark_args,
-               "same_environment": args.same_environment, "median_step_s": medians,
+               "median_step_s": medians,
                "per_round_step_s": {k: [x["step_time_median_s"] for x in v] for k, v in per_impl.items()},
                "ours_over_theirs": {k: round(v / medians["ours"], 3) for k, v in medians.items() if k != "ours"}}
     for name, s in medians.items():

@@ -20,6 +20,7 @@ from bert_jax.benchmark import params as paper_params
 from bert_jax.benchmark.flops import device_peak, formula, model_flops
 from bert_jax.benchmark.memory import GIB, memory_report
 from bert_jax.config_args import load_config_file
+from bert_jax.resolve import resolve
 from bert_jax.training import sharding as sh
 from bert_jax.training.trainer import build_steps, model_config
 from input_pipeline.packing import PackedBatches
@@ -54,15 +55,15 @@ class Bench:
                  max_position_embeddings=max(m.max_position_embeddings,
                                              args.seq_len + (m.position_offset or 0)))
         config.update(per_device_batch=args.per_device_batch, unpad_multiple=args.unpad_multiple)
-        self.config = config
-        self.cfg = model_config(config, args.vocab_size)  # the recipe's model, as the trainer builds it
-        self.objective = config.objective
-        self.generator_fraction = config.electra.generator_fraction if "electra" in config else None
         shape = tuple(int(x) for x in args.mesh.split(","))
         devices = jax.devices() if -1 in shape else jax.devices()[: math.prod(shape)]
         self.mesh = sh.make_mesh(shape, devices)
+        self.config = config  # "auto" kept: micro-batches follow the batch size (`resolved`)
+        self.cfg = model_config(self.resolved(config), args.vocab_size)  # the recipe's model, as the trainer builds it
+        self.objective = config.objective
+        self.generator_fraction = config.electra.generator_fraction if "electra" in config else None
         # The trainer's own step, optimizer and shardings (the state's layout does not depend on the batch).
-        steps = build_steps(dict_with(config, per_device_batch="0"), self.cfg, self.mesh)
+        steps = build_steps(self.resolved(dict_with(config, per_device_batch="0")), self.cfg, self.mesh)
         self.layout, self.rules, self.batch_sh = steps.layout, steps.rules, steps.batch_sharding
         self._steps: dict[int, object] = {}  # batch size -> its PretrainingSteps (micro-batches follow the batch)
         self.rng, self.state = jax.random.key(0, impl=args.rng_impl), None
@@ -111,8 +112,14 @@ class Bench:
     def steps(self, batch_size: int):
         """The trainer's steps for a global batch of ``batch_size`` (its micro-batches: `accumulation_steps`)."""
         if batch_size not in self._steps:
-            self._steps[batch_size] = build_steps(dict_with(self.config, batch_size=batch_size), self.cfg, self.mesh)
+            self._steps[batch_size] = build_steps(self.resolved(dict_with(self.config, batch_size=batch_size)),
+                                                  self.cfg, self.mesh)
         return self._steps[batch_size]
+
+    def resolved(self, config):
+        """``config`` resolved for this platform and mesh, as a job's is when it starts (`bert_jax.resolve`)."""
+        rules = tuple(tuple(r) for r in config.sharding_rules)
+        return resolve(config, jax.default_backend(), batch_shards=sh.batch_shards(self.mesh, rules))
 
     def compile(self, batch_size: int):
         """(compiled step, lower seconds, compile seconds), from shapes only."""
@@ -171,7 +178,7 @@ class Bench:
                 "attention_path": path, "mesh": dict(self.mesh.shape), "devices": self.mesh.devices.size,
                 "device_kind": dev.device_kind, "platform": dev.platform, "jax": jax.__version__,
                 "load_average": [round(x, 2) for x in os.getloadavg()],
-                "glibc_tunables": os.environ.get("GLIBC_TUNABLES", "")}  # huge pages: bert_jax/training/host_memory.py
+                "glibc_tunables": os.environ.get("GLIBC_TUNABLES", "")}  # huge pages: README, "CPU launch line"
 
 
 def time_steps(bench: Bench, compiled, batch_size: int) -> tuple[list[float], float, float]:

@@ -19,8 +19,6 @@ def base_config(task: dict, *, size: str, max_seq_length: int, batch_size: int, 
     c = ml_collections.ConfigDict()
     c.task = ml_collections.ConfigDict(task)
     c.seed = 0
-    c.reuse_host_memory = "default"  # or "reuse"/"auto", read by train.py before JAX starts; see configs/pretrain.py
-    c.host_huge_pages = "auto"  # or "off": huge pages for large host buffers on CPU; see configs/pretrain.py
     c.rng_impl = "threefry2x32"  # dropout PRNG: threefry2x32 | rbg | unsafe_rbg; see configs/pretrain.py
     c.seeds = 1  # fine-tuning restarts (seeds seed, seed+1, ...): results.json gets median/mean/min/max
     c.multihost = False  # several processes: see configs/pretrain.py

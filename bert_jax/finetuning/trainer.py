@@ -218,7 +218,7 @@ def _run(config, j) -> dict:
     from input_pipeline.tasks import make_task
     from input_pipeline.tokenizer_factory import load_tokenizer
 
-    workdir, is_main = j.workdir, j.is_main
+    config, workdir, is_main = j.config, j.workdir, j.is_main
     task = make_task(config.task)
     warm = open_init_checkpoint(config.init_checkpoint) if config.init_checkpoint else None
     vocab = config.vocab or (warm.vocab_file if warm is not None else None)

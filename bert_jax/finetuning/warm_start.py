@@ -21,6 +21,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
+import jax
 from flax import nnx
 
 from bert_jax.interop import pretrained
@@ -66,7 +67,8 @@ def _from_workdir(spec: str, checkpoints: Path, step_dir: Path | None) -> WarmSt
     if "model" not in meta:
         raise ValueError(f"{checkpoints}: checkpoint metadata has no model config "
                          "(not written by bert_jax.training.trainer)")
-    cfg = BertConfig.from_dict(meta["model"])
+    # Workdirs written before configs were resolved at the start hold "auto": this platform's choice.
+    cfg = BertConfig.from_dict(meta["model"]).for_platform(jax.default_backend())
     vocab = None
     config_json = checkpoints.parent / "config.json"
     if config_json.exists():

@@ -17,6 +17,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+import jax
 import numpy as np
 from flax import nnx
 
@@ -123,7 +124,7 @@ def read_orbax(directory: str | Path) -> Checkpoint:
     d = Path(directory)
     meta = _json(d / "bert_config.json")
     try:
-        cfg = BertConfig.from_dict(meta["config"])
+        cfg = BertConfig.from_dict(meta["config"]).for_platform(jax.default_backend())  # "auto" of older saves
         heads = {"rtd": False, **meta["heads"]}
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{d / 'bert_config.json'}: not written by bert_jax save_orbax ({e})") from e

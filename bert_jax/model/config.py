@@ -12,10 +12,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Literal
 
-import jax
 import jax.numpy as jnp
 
-from bert_jax.model.execution import DROPOUT_IMPLS, resolve_dtype, resolve_scan
+from bert_jax.model.execution import (
+    ATTENTION_IMPLS,
+    DROPOUT_IMPLS,
+    resolve_attention,
+    resolve_dropout,
+    resolve_dtype,
+    resolve_scan,
+)
 
 CLASSIFIER_POOLINGS = ("cls", "mean")
 
@@ -82,21 +88,25 @@ class BertConfig:
     # ``classifier_pooling``), which needs no pooler and starts from a varied feature when pre-training
     # left [CLS] nearly constant (docs/choices.md, "Transfer in the demo").
     classifier_pooling: Literal["cls", "mean"] = "cls"
-    # Compute dtype; "auto": bfloat16 on GPU/TPU, float32 on CPU (bert_jax/model/execution.py).
+    # "auto" fields are the platform's choice (bert_jax/model/execution.py), made once when a job
+    # starts (`for_platform`, bert_jax/resolve.py); a model is built from concrete values only.
+    # Compute dtype; "auto": bfloat16 on GPU/TPU, float32 on CPU.
     dtype: str = "float32"
     param_dtype: str = "float32"
     # Execution: jax.lax.scan over the layers' stacked parameters (fast compile), or unrolled blocks
     # with per-layer parameters (False; faster on CPU); "auto": unrolled on CPU, scanned elsewhere
     # (and for ALBERT's shared block).
-    # Stored weights load into either layout. Rematerialisation per block.
+    # Checkpoints and stored weights hold one (stacked) layout and load into either. Rematerialisation
+    # per block.
     scan_layers: bool | Literal["auto"] = True
     remat_policy: str = "none"  # none | full | dots_saveable | ... (jax.checkpoint_policies names)
-    # "auto": fused jax.nn.dot_product_attention unless probabilities or attention dropout are needed,
-    # cuDNN flash attention on an NVIDIA GPU where it applies, else XLA (bert_jax/model/execution.py).
-    attention_impl: Literal["auto", "xla", "cudnn", "explicit"] = "auto"
+    # jax.nn.dot_product_attention on XLA ("xla") or cuDNN's flash attention for padding masks
+    # ("cudnn"), unless probabilities or attention dropout are needed, or "explicit" softmax always;
+    # "auto": cudnn on an NVIDIA GPU where it applies, else xla.
+    attention_impl: Literal["auto", "xla", "cudnn", "explicit"] = "xla"
     # How dropout draws its mask: "jax" (jax.random.bernoulli), "fused" (Threefry unrolled into the
     # dropout's fusion: bert_jax/model/dropout.py); "auto": fused on CPU, jax elsewhere.
-    dropout_impl: Literal["auto", "jax", "fused"] = "auto"
+    dropout_impl: Literal["auto", "jax", "fused"] = "jax"
 
     def __post_init__(self):
         if isinstance(self.scan_layers, str) and self.scan_layers.lower() in ("true", "false"):
@@ -116,6 +126,7 @@ class BertConfig:
             "attention_dropout_prob": 0.0 <= self.attention_dropout_prob < 1.0,
             "hidden_act": self.hidden_act in ("gelu", "gelu_new", "gelu_tanh", "relu"),
             "dropout_impl": self.dropout_impl in DROPOUT_IMPLS,
+            "attention_impl": self.attention_impl in ATTENTION_IMPLS,
             "scan_layers": isinstance(self.scan_layers, bool) or self.scan_layers == "auto",
             "classifier_pooling": self.classifier_pooling in CLASSIFIER_POOLINGS,
         }
@@ -146,10 +157,31 @@ class BertConfig:
         """How many blocks' parameters the encoder holds: 1 when shared, else num_layers."""
         return 1 if self.share_layers else self.num_layers
 
+    def for_platform(self, platform: str) -> BertConfig:
+        """This config with every "auto" field resolved for ``platform`` ("cpu", "gpu", "tpu", ...;
+        `bert_jax.model.execution`): what a job does once, at its start."""
+        dtype = resolve_dtype(self.dtype, platform)
+        return dataclasses.replace(
+            self, dtype=dtype, scan_layers=resolve_scan(self.scan_layers, platform, shared=self.share_layers),
+            attention_impl=resolve_attention(self.attention_impl, platform, dtype=dtype, head_dim=self.head_dim),
+            dropout_impl=resolve_dropout(self.dropout_impl, platform))
+
+    @property
+    def unresolved(self) -> list[str]:
+        """The fields still "auto"."""
+        return [k for k in ("dtype", "scan_layers", "attention_impl", "dropout_impl") if getattr(self, k) == "auto"]
+
+    def check_resolved(self) -> None:
+        """Raises ValueError naming the fields still "auto" (a model needs concrete values)."""
+        if self.unresolved:
+            raise ValueError(f"BertConfig fields {self.unresolved} are 'auto': resolve them for the platform "
+                             "first (cfg.for_platform('cpu' | 'gpu' | 'tpu'); bert_jax.resolve does a job's config)")
+
     @property
     def scanned(self) -> bool:
-        """``scan_layers`` with "auto" resolved for the platform JAX runs on."""
-        return resolve_scan(self.scan_layers, jax.default_backend(), shared=self.share_layers)
+        """Whether the blocks run as one ``lax.scan`` (ALBERT's shared block always does)."""
+        self.check_resolved()
+        return bool(self.scan_layers)
 
     @property
     def stacks_layers(self) -> bool:
@@ -159,8 +191,8 @@ class BertConfig:
 
     @property
     def compute_dtype(self) -> Any:
-        """``dtype`` with "auto" resolved for the platform JAX runs on."""
-        return jnp.dtype(resolve_dtype(self.dtype, jax.default_backend()))
+        self.check_resolved()
+        return jnp.dtype(self.dtype)
 
     @classmethod
     def from_size(cls, size: str, **overrides: Any) -> BertConfig:

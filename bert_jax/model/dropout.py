@@ -13,8 +13,9 @@ one pass over the activations. An element is kept when its 32 random bits are at
 scaled by exactly ``1 / (1 - rate)``.
 
 ``impl="jax"`` is ``flax.nnx.Dropout``'s computation (``jax.random.bernoulli``; bit for bit the
-numbers of before). ``"auto"`` (the default) picks "fused" on the CPU and "jax" elsewhere: GPUs
-already get the unrolled Threefry from JAX, and TPUs a hardware generator with ``rng_impl="rbg"``.
+numbers of before), the model's default. A config's ``"auto"`` resolves to "fused" on the CPU and
+"jax" elsewhere (`bert_jax.model.execution.resolve_dropout`, once when a job starts): GPUs already
+get the unrolled Threefry from JAX, and TPUs a hardware generator with ``rng_impl="rbg"``.
 The two give different masks (both are reproducible: same key, same mask).
 """
 
@@ -24,8 +25,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-
-from bert_jax.model.execution import resolve_dropout
 
 ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))  # Threefry-2x32's rotation constants, alternating per 4 rounds
 KS_PARITY = np.uint32(0x1BD11BDA)
@@ -78,10 +77,12 @@ def fused_dropout(key: jax.Array, x: jax.Array, rate: float) -> jax.Array:
 
 
 class Dropout(nnx.Module):
-    """``nnx.Dropout(rate)`` with a choice of how the mask's bits are drawn (``impl``: auto | jax | fused)."""
+    """``nnx.Dropout(rate)`` with a choice of how the mask's bits are drawn (``impl``: jax | fused)."""
 
-    def __init__(self, rate: float, impl: str = "auto"):
-        resolve_dropout(impl, "cpu")  # raise early on an unknown name
+    def __init__(self, rate: float, impl: str = "jax"):
+        if impl not in ("jax", "fused"):
+            raise ValueError(f"dropout_impl {impl!r}: expected 'jax' or 'fused' ('auto' is resolved per platform "
+                             "by BertConfig.for_platform before a model is built)")
         self.rate, self.impl = rate, impl
 
     def __call__(self, x, *, deterministic: bool, rngs: nnx.Rngs | None = None):
@@ -90,7 +91,7 @@ class Dropout(nnx.Module):
         if rngs is None:
             raise ValueError("dropout in training mode needs rngs=nnx.Rngs(dropout=key)")
         key = rngs.dropout()
-        if resolve_dropout(self.impl, jax.default_backend()) == "fused":
+        if self.impl == "fused":
             return fused_dropout(key, x, self.rate)
         keep_prob = 1.0 - self.rate  # flax.nnx.Dropout's computation
         mask = jax.random.bernoulli(key, p=keep_prob, shape=x.shape)

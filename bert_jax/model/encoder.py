@@ -3,7 +3,8 @@
 Scanned (``cfg.scan_layers``; "auto": not on CPU), the blocks' parameters are stacked along a leading
 ``layers`` axis (built with ``nnx.vmap``) and run as one ``jax.lax.scan`` (fast compile, constant
 program size); unrolled, each block holds its own parameters (``layers/0/...``, ``layers/1/...``),
-initialised to the same values. Stored weights load into either layout (`bert_jax.model.layer_layout`).
+initialised to the same values. Checkpoints and stored weights hold the stacked layout and load into
+either (`bert_jax.model.layer_layout`).
 Both can rematerialise each block under a ``jax.checkpoint`` policy. With ``share_layers`` (ALBERT)
 the axis has length 1 and that one block runs ``num_layers`` times, scanned or not.
 Factorised embeddings (``embedding_size`` E ≠ hidden) go through ``embedding_projection`` (E → hidden)

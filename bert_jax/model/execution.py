@@ -1,11 +1,12 @@
 """What "auto" means per platform: the compute dtype, the attention implementation, how dropout
 draws its bits, whether the layers are scanned and how many rows a micro-batch takes.
 
-Pure functions of the platform (``jax.default_backend()``: "cpu", "gpu"/"cuda", "rocm", "tpu") and
-what the attention sees, so the choice is tested for every platform on a CPU:
+Pure functions of the platform's name ("cpu", "gpu"/"cuda", "rocm", "tpu"), so the choice is tested
+for every platform on a CPU. Nothing here asks which backend runs: a job resolves its config once,
+at its start (`bert_jax.resolve`, `BertConfig.for_platform`), and the model reads concrete values.
 
     resolve_dtype("auto", "gpu")  # "bfloat16"; "float32" on CPU
-    resolve_attention("auto", "gpu", "padding", dtype="bfloat16", head_dim=64)  # "cudnn"
+    resolve_attention("auto", "gpu", dtype="bfloat16", head_dim=64)  # "cudnn"; "xla" on CPU/TPU
     resolve_dropout("auto", "cpu")  # "fused" (bert_jax/model/dropout.py); "jax" on GPU/TPU
     resolve_scan("auto", "cpu")  # False: unrolled blocks with per-layer parameters; True (scan) on GPU/TPU
     resolve_per_device_batch("auto", "cpu", rows=32)  # 8: four micro-batches of 8; 0 (whole batch) on GPU/TPU
@@ -13,8 +14,8 @@ what the attention sees, so the choice is tested for every platform on a CPU:
 cuDNN's flash attention (``jax.nn.dot_product_attention(implementation="cudnn")``) runs on NVIDIA
 GPUs in bfloat16/float16 with a head width that is a multiple of 8 (at most 128; 256 on Hopper),
 and takes a padding mask as per-row key lengths (rows padded at the end, as every pipeline here
-builds them). Packed rows (a block-diagonal mask) and float32 stay on XLA, as does everything on
-CPU and TPU, so the CPU default computes exactly what it always did.
+builds them). Packed rows (a block-diagonal mask) stay on XLA even under "cudnn"
+(`attention_call`), as do float32 and everything on CPU and TPU.
 """
 
 from __future__ import annotations
@@ -45,17 +46,25 @@ def mask_kind(mask_shape: tuple[int, ...]) -> MaskKind:
     return "padding" if mask_shape[-2] == 1 else "packed"
 
 
-def resolve_attention(impl: str, platform: str, kind: MaskKind, *, dtype: str = "bfloat16",
+def resolve_attention(impl: str, platform: str, *, dtype: str = "bfloat16",
                       head_dim: int = 64) -> Literal["xla", "cudnn", "explicit"]:
-    """``"auto"`` → "cudnn" on an NVIDIA GPU when the mask is padding and the dtype and head width are
-    ones its flash attention takes, else "xla"; an explicit choice is returned unchanged."""
+    """``"auto"`` → "cudnn" on an NVIDIA GPU when the dtype and head width are ones its flash
+    attention takes, else "xla"; an explicit choice is returned unchanged."""
     if impl not in ATTENTION_IMPLS:
         raise ValueError(f"attention_impl {impl!r}: expected one of {ATTENTION_IMPLS}")
     if impl != "auto":
         return impl  # type: ignore[return-value]
-    cudnn_ok = (platform_kind(platform) == "gpu" and kind == "padding" and dtype in CUDNN_DTYPES
-                and head_dim % 8 == 0 and head_dim <= 128)
+    cudnn_ok = (platform_kind(platform) == "gpu" and dtype in CUDNN_DTYPES and head_dim % 8 == 0 and head_dim <= 128)
     return "cudnn" if cudnn_ok else "xla"
+
+
+def attention_call(impl: str, kind: MaskKind) -> Literal["xla", "cudnn", "explicit"]:
+    """What a resolved ``attention_impl`` runs for a mask of ``kind``: "cudnn" takes padding masks
+    (as key lengths) and leaves packed rows, which no key lengths express, to XLA."""
+    if impl not in ("xla", "cudnn", "explicit"):
+        raise ValueError(f"attention_impl {impl!r} is not resolved: expected xla, cudnn or explicit "
+                         "(BertConfig.for_platform resolves 'auto')")
+    return "xla" if impl == "cudnn" and kind == "packed" else impl  # type: ignore[return-value]
 
 
 def resolve_dropout(impl: str, platform: str) -> Literal["jax", "fused"]:

@@ -2,10 +2,11 @@
 
 Scanned, the blocks' parameters are stacked: ``bert/layers/attention/query/kernel`` is one array
 ``[layers, embed, heads, kv]``. Unrolled, each block holds its own: ``bert/layers/0/attention/query/kernel``
-``[embed, heads, kv]``, ``bert/layers/1/...``. Stored weights (our checkpoints of either layout,
-Hugging Face and TF checkpoints, which the converters turn into the stacked form) go into either
-model: `bert_jax.model.weights.load_params` compares and loads in the stacked form (`stack`,
-`stacked_key`) and hands each block its row; exports stack first.
+``[embed, heads, kv]``, ``bert/layers/1/...``. The stacked form is the one on disk: our checkpoints
+(`bert_jax.training.checkpoints` stacks an unrolled model's arrays when it saves and splits them when
+it restores), Hugging Face and TF checkpoints (the converters produce it) and exports; stored
+weights go into either model: `bert_jax.model.weights.load_params` compares and loads in the stacked
+form (`stack`, `stacked_key`) and hands each block its row.
 ALBERT's shared block is always stacked (one block on an axis of length 1).
 """
 

@@ -17,7 +17,7 @@ from flax import nnx
 from bert_jax.model import axes
 from bert_jax.model.config import BertConfig
 from bert_jax.model.dropout import Dropout
-from bert_jax.model.execution import mask_kind, resolve_attention
+from bert_jax.model.execution import attention_call, mask_kind
 from bert_jax.model.token_layout import PADDED, TokenLayout
 
 ACTIVATIONS = {
@@ -146,15 +146,13 @@ class SelfAttention(nnx.Module):
             dropped = self.dropout(probs, deterministic=deterministic, rngs=rngs)
             ctx = jnp.einsum("BNTS,BSNH->BTNH", dropped, v)  # [batch, length, heads, kv]
         else:
-            impl = resolve_attention(cfg.attention_impl, jax.default_backend(), mask_kind(mask.shape),
-                                     dtype=jnp.dtype(q.dtype).name, head_dim=cfg.head_dim)
-            if cfg.attention_impl == "auto" and impl == "cudnn":  # flash attention, padding as key lengths
+            impl = attention_call(cfg.attention_impl, mask_kind(mask.shape))
+            if impl == "cudnn":  # flash attention, padding as key lengths
                 keys = jnp.broadcast_to(mask[:, 0, 0, :], (q.shape[0], mask.shape[-1]))  # [batch, length]
                 lengths = keys.sum(-1, dtype=jnp.int32)  # [batch]: rows are padded at the end
                 ctx = jax.nn.dot_product_attention(q, k, v, key_value_seq_lengths=lengths, implementation="cudnn")
-            else:  # "auto" on XLA passes None: the same program as before "auto" knew cuDNN
-                ctx = jax.nn.dot_product_attention(q, k, v, mask=mask,
-                                                   implementation=None if cfg.attention_impl == "auto" else impl)
+            else:
+                ctx = jax.nn.dot_product_attention(q, k, v, mask=mask, implementation=impl)
         out = self.output(layout.to_tokens(ctx))  # [*tokens, embed]
         return out, (probs if return_probs else None)
 

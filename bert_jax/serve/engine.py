@@ -176,7 +176,7 @@ def _load_finetuned(path: Path, config: dict, vocab: str | None, **kw) -> Engine
         meta = ckpt.read_meta()
     finally:
         ckpt.close()
-    cfg = BertConfig.from_dict(meta["model"]).deterministic()
+    cfg = BertConfig.from_dict(meta["model"]).for_platform(jax.default_backend()).deterministic()
     _check_length(kw["max_seq_length"], cfg)
     vocab = vocab or config.get("vocab") or None
     if not vocab and config.get("init_checkpoint"):

@@ -12,6 +12,12 @@ each array's bits, one position-weighted; integer sums, so any sharding gives th
 computed on the devices at save and compared after restore. A checkpoint that cannot be restored
 raises `CheckpointRestoreError`, one line naming its step and how to fall back to the one before it
 (``config.restore``: "latest" | "previous" | a step).
+
+One layout on disk, whatever ran the blocks: an unrolled model's per-layer arrays
+(``layers/0/...``, `bert_jax.model.layer_layout`) are stacked into the scan's ``layers/...`` arrays
+when saved (parameters and the optimizer moments alike, `to_stored`), and split again when restored
+(`from_stored`), so a workdir written with ``scan_layers`` false resumes with true and the reverse,
+bit-exactly. The fingerprint is of the stored (stacked) arrays.
 """
 
 from __future__ import annotations
@@ -63,8 +69,58 @@ def fingerprint(state: Any) -> dict[str, str]:
             for path, v in jax.tree_util.tree_leaves_with_path(sums)}
 
 
+def _is_per_layer(x: Any) -> bool:
+    """A dict of one unrolled block per layer: keys "0".."n-1" (the value of a ``layers`` key)."""
+    return isinstance(x, dict) and bool(x) and sorted(x) == [str(i) for i in range(len(x))]
+
+
+def _stack_blocks(blocks: dict) -> Any:
+    return jax.tree.map(lambda *rows: jnp.stack(rows), *(blocks[str(i)] for i in range(len(blocks))))
+
+
+def _stack_abstract(blocks: dict) -> Any:
+    """The stored form of per-layer ShapeDtypeStructs: [layers, ...], the layers axis unsharded."""
+    def stack(*rows):
+        s = rows[0].sharding
+        spec = jax.sharding.PartitionSpec(None, *s.spec) if isinstance(s, jax.sharding.NamedSharding) else None
+        sharding = jax.sharding.NamedSharding(s.mesh, spec) if spec is not None else s
+        return jax.ShapeDtypeStruct((len(rows), *rows[0].shape), rows[0].dtype, sharding=sharding)
+    return jax.tree.map(stack, *(blocks[str(i)] for i in range(len(blocks))))
+
+
+def has_per_layer(tree: Any) -> bool:
+    """Whether ``tree`` holds an unrolled encoder's per-layer blocks."""
+    return any(_is_per_layer(x) for x in jax.tree.leaves(tree, is_leaf=_is_per_layer))
+
+
+def to_stored(tree: Any) -> Any:
+    """``tree`` (a state, parameters, or their ShapeDtypeStructs) in the stored layout: every
+    per-layer group of blocks stacked on a leading layers axis; anything else unchanged."""
+    abstract = any(isinstance(x, jax.ShapeDtypeStruct) for x in jax.tree.leaves(tree))
+    stack = _stack_abstract if abstract else _stack_blocks
+    return jax.tree.map(lambda x: stack(x) if _is_per_layer(x) else x, tree, is_leaf=_is_per_layer)
+
+
+def from_stored(stored: Any, like: Any) -> Any:
+    """``stored`` (`to_stored`'s form) split back into ``like``'s per-layer blocks where ``like``
+    has them (``like``: the target tree, of arrays or ShapeDtypeStructs)."""
+    def split(want, got):
+        if not _is_per_layer(want):
+            return got
+        return {str(i): jax.tree.map(lambda a, i=i: a[i], got) for i in range(len(want))}
+    return jax.tree.map(split, like, stored, is_leaf=_is_per_layer)
+
+
 class CheckpointSaveError(UserError):
     """A checkpoint could not be written (disk full, file size limit, permissions)."""
+
+
+def _split(stored: Any, target: Any) -> Any:
+    """A restored tree back in ``target``'s layout, each array in ``target``'s sharding."""
+    if not has_per_layer(target):
+        return stored
+    shardings = jax.tree.map(lambda t: t.sharding, target)
+    return jax.jit(lambda s: from_stored(s, target), out_shardings=shardings)(stored)
 
 
 class Checkpointer:
@@ -83,6 +139,7 @@ class Checkpointer:
         return self.manager.latest_step()
 
     def save(self, step: int, state: Any, meta: dict) -> None:
+        state = jax.jit(to_stored)(state) if has_per_layer(state) else state  # one layout on disk
         meta = {**meta, "fingerprint": fingerprint(state)}
         try:
             self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
@@ -96,9 +153,9 @@ class Checkpointer:
                                    f"checkpoints are intact: steps {self.committed_steps()}")
 
     def warm_up(self, state: Any) -> None:
-        """Compiles the fingerprint for ``state``'s structure now, not inside the first save (which
-        may be a preemption's, against its grace period)."""
-        fingerprint(state)
+        """Compiles the stacking and the fingerprint for ``state``'s structure now, not inside the
+        first save (which may be a preemption's, against its grace period)."""
+        fingerprint(jax.jit(to_stored)(state) if has_per_layer(state) else state)
 
     def restore_step(self, choice: str | int = "latest") -> int | None:
         """The step ``config.restore`` names: "latest", "previous" (the one before the newest) or a
@@ -142,11 +199,10 @@ class Checkpointer:
         if step is None:
             raise FileNotFoundError(f"{self.directory}: no checkpoint to restore")
         try:
-            out = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target),
-                                                                     meta=ocp.args.JsonRestore()))
+            out = self.manager.restore(step, args=ocp.args.Composite(
+                state=ocp.args.StandardRestore(to_stored(target)), meta=ocp.args.JsonRestore()))
         except (ValueError, KeyError) as e:
-            reason = self._layout_mismatch(step, target) or f"does not fit this model/optimizer: {e}"
-            raise CheckpointRestoreError(self._cannot(step, reason, hint)) from e
+            raise CheckpointRestoreError(self._cannot(step, f"does not fit this model/optimizer: {e}", hint)) from e
         except Exception as e:  # unreadable: truncated or missing files, bad JSON, tensorstore errors
             raise CheckpointRestoreError(self._cannot(step, f"{type(e).__name__}: {e}", hint)) from e
         saved = (out.meta or {}).get("fingerprint")
@@ -155,7 +211,7 @@ class Checkpointer:
             if differ:
                 raise CheckpointRestoreError(self._cannot(
                     step, f"{len(differ)} arrays differ from what was saved (fingerprint), first {differ[0]}", hint))
-        return out.state, dict(out.meta)
+        return _split(out.state, target), dict(out.meta)
 
     def restore_params(self, target: Any, step: int | None = None) -> Any:
         """The ``params`` of a saved `TrainState` alone, into ``target`` (ShapeDtypeStructs with
@@ -164,31 +220,16 @@ class Checkpointer:
         step = self.latest_step() if step is None else step
         if step is None:
             raise FileNotFoundError(f"{self.directory}: no checkpoint to restore")
-        item = {"params": target}
+        item = {"params": to_stored(target)}
         args = ocp.args.PyTreeRestore(item, restore_args=ocp.checkpoint_utils.construct_restore_args(item),
                                       partial_restore=True)
         try:
             out = self.manager.restore(step, args=ocp.args.Composite(state=args))
         except (ValueError, KeyError) as e:
-            reason = self._layout_mismatch(step, item) or f"its parameters do not fit this model: {e}"
-            raise CheckpointRestoreError(self._cannot(step, reason, False)) from e
+            raise CheckpointRestoreError(self._cannot(step, f"its parameters do not fit this model: {e}", False)) from e
         except Exception as e:  # unreadable: truncated or missing files, tensorstore errors
             raise CheckpointRestoreError(self._cannot(step, f"{type(e).__name__}: {e}", False)) from e
-        return out.state["params"]
-
-    def _layout_mismatch(self, step: int, target: Any) -> str | None:
-        """Why ``target`` cannot take step's state when the two hold the encoder's blocks in different
-        layouts (stacked for a scan, or per layer: `bert_jax.model.layer_layout`), else None."""
-        try:
-            stored = layers_layout(self.manager.item_metadata(step)["state"])
-        except Exception:  # noqa: BLE001  (no readable metadata: the caller's own reason stands)
-            return None
-        wanted = layers_layout(target)
-        if None in (stored, wanted) or stored == wanted:
-            return None
-        scan = "true" if stored == "stacked" else "false"
-        return (f"it holds the encoder's blocks {stored.replace('_', ' ')} and this model holds them "
-                f"{wanted.replace('_', ' ')}: run with --config.model.scan_layers={scan}, the layout it was saved with")
+        return _split(out.state["params"], target)
 
     def _cannot(self, step: int, reason: str, hint: bool) -> str:
         reason = " ".join(reason.split())
@@ -242,20 +283,6 @@ class Checkpointer:
 def key_names(path) -> list[str]:
     """A pytree path's keys as strings (dict keys, sequence indices, attribute names)."""
     return [str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k)))) for k in path]
-
-
-def layers_layout(tree: Any) -> str | None:
-    """"per_layer" when a tree's paths hold ``layers/<index>/...``, "stacked" when they hold
-    ``layers/...`` without an index, None without a ``layers`` key."""
-    found = None
-    for path, _ in jax.tree_util.tree_leaves_with_path(tree, is_leaf=lambda x: x is None):
-        keys = key_names(path)
-        if "layers" in keys[:-1]:
-            after = keys[keys.index("layers") + 1]
-            if after.isdigit():
-                return "per_layer"
-            found = "stacked"
-    return found
 
 
 def read_tree(item: str | Path) -> dict[str, np.ndarray]:

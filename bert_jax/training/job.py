@@ -2,12 +2,13 @@
 workdir's lock.
 
 ``with job(config, workdir) as j:`` initialises the processes (`bert_jax.training.distributed`),
-keeps TensorFlow off the accelerators, takes ``<workdir>/LOCK`` (process 0,
-`bert_jax.training.workdir_lock`), writes ``config.json``, and catches SIGTERM and SIGINT until the
-job ends, so a signal during start-up or restore, a step, an evaluation, an asynchronous save or
-after the last step is recorded and acted on (`bert_jax.training.loop.train_loop`) instead of
-killing the process half-way through a write. The lock is released and the handlers restored on
-the way out, exceptions included.
+resolves the config for the platform it runs on (`bert_jax.resolve`: every "auto" made concrete,
+once; ``j.config``), keeps TensorFlow off the accelerators, takes ``<workdir>/LOCK`` (process 0,
+`bert_jax.training.workdir_lock`), writes the resolved config to ``config.json``, and catches
+SIGTERM and SIGINT until the job ends, so a signal during start-up or restore, a step, an
+evaluation, an asynchronous save or after the last step is recorded and acted on
+(`bert_jax.training.loop.train_loop`) instead of killing the process half-way through a write.
+The lock is released and the handlers restored on the way out, exceptions included.
 """
 
 from __future__ import annotations
@@ -95,9 +96,24 @@ class Preemption:
 
 @dataclasses.dataclass(frozen=True)
 class Job:
+    config: object  # the job's config, resolved for this platform (no "auto" left)
     workdir: object  # epath.Path
     is_main: bool  # process 0 (writes config.json, metrics, results; holds the lock)
     preemption: Preemption
+
+
+def resolved(config):
+    """``config`` resolved for the platform JAX runs on (`bert_jax.resolve.resolve`), its
+    ``per_device_batch`` for the batch shards of its mesh."""
+    from bert_jax.resolve import resolve
+
+    shards = None
+    if config.get("per_device_batch") == "auto":
+        from bert_jax.training import sharding as sh
+
+        mesh = sh.make_mesh(tuple(config.mesh_shape))
+        shards = sh.batch_shards(mesh, tuple(tuple(r) for r in config.sharding_rules))
+    return resolve(config, jax.default_backend(), batch_shards=shards)
 
 
 @contextlib.contextmanager
@@ -114,11 +130,12 @@ def job(config, workdir, preemption: Preemption | None = None) -> Iterator[Job]:
         preemption.start()
         workdir = as_path(workdir)
         is_main = jax.process_index() == 0
+        config = resolved(config)
         with WorkdirLock(workdir) if is_main else contextlib.nullcontext():  # before TF's import (seconds)
             hide_accelerators_from_tf()
             if is_main:
                 (workdir / "config.json").write_text(config.to_json_best_effort(indent=2) + "\n")
-            yield Job(workdir, is_main, preemption)
+            yield Job(config, workdir, is_main, preemption)
     finally:
         if own:
             preemption.close()

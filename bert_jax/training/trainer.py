@@ -144,20 +144,15 @@ class PretrainingSteps:
 def accumulation_steps(config, mesh: Mesh, rules) -> int:
     """Micro-batches per optimizer step: ``config.per_device_batch`` > 0 chooses them from the
     global batch, the rows each batch shard (data x fsdp devices) can hold and the mesh:
-    ``batch_size / (per_device_batch * batch shards)``, so one recipe runs on any slice; "auto" is
-    the platform's choice (`execution.resolve_per_device_batch`: micro-batches of 8 rows on the CPU)
-    unless ``optimizer.accumulation_steps`` or ``unpad_multiple`` is set; otherwise
+    ``batch_size / (per_device_batch * batch shards)``, so one recipe runs on any slice (an "auto"
+    is resolved when the job starts: `bert_jax.resolve`); otherwise
     ``config.optimizer.accumulation_steps`` as given."""
     given = config.optimizer.get("accumulation_steps", 1)
     shards = sh.batch_shards(mesh, rules)
     value = config.get("per_device_batch", 0)
     if value == "auto":
-        if given != 1 or config.get("unpad_multiple", 0) or config.batch_size % shards:
-            return given
-        per_device = resolve_per_device_batch("auto", mesh.devices.flat[0].platform,
-                                              rows=config.batch_size // shards)
-    else:
-        per_device = resolve_per_device_batch(value, "", rows=0)
+        raise ValueError("per_device_batch='auto' is not resolved: resolve the config first (bert_jax.resolve)")
+    per_device = resolve_per_device_batch(value, "", rows=0)
     if not per_device:
         return given
     if given != 1:
@@ -232,7 +227,7 @@ def run(config, workdir: str | Path, preemption=None) -> dict:
 
 
 def _run(config, j) -> dict:
-    workdir, is_main, preemption = j.workdir, j.is_main, j.preemption
+    config, workdir, is_main, preemption = j.config, j.workdir, j.is_main, j.preemption
     model_cfg = model_config(config, vocab_size_of(config))
     if config.data.max_seq_length > model_cfg.max_length:
         raise ValueError(f"--config.data.max_seq_length={config.data.max_seq_length}: expected at most "

@@ -13,7 +13,7 @@ from input_pipeline.cli import UserError
 
 # Less LLVM optimisation: the step compiles in about half the time (its speed does not matter here).
 TINY = ["--size", "tiny", "--seq_len", "32", "--vocab_size", "512", "--mesh", "1,1,1",
-        "--xla_option", "xla_backend_optimization_level=0", "--reuse_host_memory", "default"]
+        "--xla_option", "xla_backend_optimization_level=0"]
 
 
 def test_flops_match_a_hand_count_of_every_matmul():
@@ -118,7 +118,7 @@ def test_variant_arguments(capsys):
     assert (n2, v2.scan, v2.rng_impl) == ("--rng_impl rbg", "auto", "rbg")
     for argv, message in [(["--variant", "--seq_len 64"], "not the shapes or the mode; --seq_len"),
                           (["--variant", "rbg"], "no flag"),
-                          (["--variant", "--reuse_host_memory reuse"], "--reuse_host_memory"),
+                          (["--variant", "--compare hf-torch"], "--compare"),
                           (["--variant", "--noscan", "--memory_only"], "do not go with")]:
         with pytest.raises(SystemExit):
             benchmark.parse_args(argv)
@@ -129,7 +129,7 @@ def test_variant_arguments(capsys):
 def test_batch_not_divisible_by_the_mesh_is_an_error(argv):
     with pytest.raises(ValueError, match="not divisible"):
         benchmark.main(["--size", "tiny", "--vocab_size", "512", "--memory_only", "--output", "",
-                        "--reuse_host_memory", "default", *argv])
+                        *argv])
 
 
 @pytest.mark.slow  # ~40 s (torch and transformers imports, three compiles); CI lacks the extra anyway
@@ -162,8 +162,7 @@ def test_compare_with_hugging_face_on_a_tiny_model(tmp_path, monkeypatch):
 def test_compare_without_the_bench_extra_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "transformers", None)  # `import transformers` raises ImportError
     with pytest.raises(UserError, match=r"needs transformers.*pip install -e '\.\[bench\]'"):
-        benchmark.main(["--size", "tiny", "--compare", "hf-torch,hf-flax", "--output", "",
-                        "--reuse_host_memory", "default"])
+        benchmark.main(["--size", "tiny", "--compare", "hf-torch,hf-flax", "--output", ""])
 
 
 def test_micro_batches_follow_the_batch_and_the_flag():

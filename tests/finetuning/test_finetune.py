@@ -14,6 +14,7 @@ from flax import nnx, traverse_util
 from bert_jax import launch
 from bert_jax.finetuning import steps as fs
 from bert_jax.finetuning.warm_start import open_init_checkpoint
+from bert_jax.model import layer_layout
 from bert_jax.model.config import BertConfig
 from bert_jax.training import sharding as sh
 from bert_jax.training.checkpoints import read_params
@@ -181,7 +182,7 @@ def test_warm_start_from_pretraining_workdir(pretrain_workdir):
         model = nnx.jit(lambda kind=kind, labels=labels: fs.make_model(warm.config, kind, labels, 1))()
         fresh = _params(model)
         untouched = warm.load_encoder(model)
-        ours = _params(model)
+        ours = layer_layout.stack(_params(model))  # checkpoints hold the stacked layout
         assert untouched and all(not k.startswith("bert/") for k in untouched)
         for k, v in ours.items():
             if k.startswith("bert/"):

@@ -85,7 +85,7 @@ def test_shared_layers_hold_one_block_applied_num_layers_times(scan):
     shared = create(BertEncoder, cfg)
     sp = nnx.state(shared, nnx.Param).to_pure_dict()
     assert sp["layers"]["ffn"]["intermediate"]["kernel"].shape[0] == 1
-    unshared = create(BertEncoder, dataclasses.replace(cfg, share_layers=False))
+    unshared = create(BertEncoder, dataclasses.replace(cfg, share_layers=False, scan_layers=True))  # stacked
     up = nnx.state(unshared, nnx.Param)
     copied = jax.tree.map(lambda s: s, sp)
     copied["layers"] = jax.tree.map(lambda a: jnp.repeat(a, 3, axis=0), sp["layers"])

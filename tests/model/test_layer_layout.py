@@ -1,6 +1,6 @@
 """The encoder's two parameter layouts (bert_jax/model/layer_layout.py): stacked for a scan, per layer
 unrolled. Same initial values, outputs and gradients; stored weights of either layout load into
-either model; exports and checkpoints say which layout they hold."""
+either model; exports and checkpoints hold the stacked layout whichever model wrote them."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from bert_jax.model.config import BertConfig
 from bert_jax.model.execution import resolve_scan
 from bert_jax.model.models import BertForPreTraining
 from bert_jax.model.weights import CheckpointMismatchError, load_params
-from bert_jax.training.checkpoints import Checkpointer, CheckpointRestoreError, layers_layout
+from bert_jax.training.checkpoints import Checkpointer, from_stored, has_per_layer, read_params, to_stored
 
 CFG = BertConfig.from_size("tiny", vocab_size=120, num_layers=3, max_position_embeddings=64)
 
@@ -46,7 +46,10 @@ def test_config_resolves_scan_per_platform():
     assert resolve_scan("auto", "cpu", shared=True) is True  # ALBERT: one block, nothing per layer
     assert BertConfig(scan_layers="False").scan_layers is False  # ml_collections hands strings over
     assert BertConfig(scan_layers="true").scan_layers is True
-    assert BertConfig(scan_layers="auto").scanned is (jax.default_backend() != "cpu")
+    assert BertConfig(scan_layers="auto").for_platform("cpu").scanned is False
+    assert BertConfig(scan_layers="auto").for_platform("tpu").scanned is True
+    with pytest.raises(ValueError, match=r"\['scan_layers'\] are 'auto'"):
+        BertConfig(scan_layers="auto").scanned  # noqa: B018  (the model never resolves it itself)
     with pytest.raises(ValueError, match="scan_layers"):
         BertConfig(scan_layers="sometimes")
 
@@ -112,16 +115,42 @@ def test_exports_do_not_depend_on_layout(tmp_path):
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
 
 
-def test_resume_across_layouts_says_which_flag(tmp_path):
-    per_layer = {"step": jnp.int32(1), "params": nnx.state(build(False), nnx.Param).to_pure_dict()}
-    assert layers_layout(per_layer) == "per_layer"
-    stacked = jax.eval_shape(lambda: {"step": jnp.int32(1), "params": nnx.state(build(True), nnx.Param).to_pure_dict()})
-    assert layers_layout(stacked) == "stacked"
-    ckpt = Checkpointer(tmp_path, async_save=False)
-    try:
-        ckpt.save(1, per_layer, {"step": 1})
-        with pytest.raises(CheckpointRestoreError, match=r"holds the encoder's blocks per layer and this model "
-                           r"holds them stacked: run with --config.model.scan_layers=false"):
-            ckpt.restore(stacked, 1)
-    finally:
-        ckpt.close()
+def test_checkpoints_hold_one_layout(tmp_path):
+    """Saved per layer or stacked, a checkpoint holds the stacked arrays; either model restores
+    either, bit for bit, with no flag."""
+    def state(scan):
+        return {"step": jnp.int32(1), "params": nnx.state(build(scan), nnx.Param).to_pure_dict()}
+
+    def abstract(tree):
+        host = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+        return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=host), tree)
+
+    per_layer, stacked = state(False), state(True)
+    assert has_per_layer(per_layer) and not has_per_layer(stacked)
+    for name, saved in (("per_layer", per_layer), ("stacked", stacked)):
+        ckpt = Checkpointer(tmp_path / name, async_save=False)
+        try:
+            ckpt.save(1, saved, {"step": 1})
+            stored = flat_tree(read_params(tmp_path / name)[0])
+            assert not any("layers/0/" in k for k in stored) and "bert/layers/attention/query/kernel" in stored
+            for like in (per_layer, stacked):
+                got, _ = ckpt.restore(abstract(like), 1)
+                assert jax.tree.structure(got) == jax.tree.structure(like)
+                want = like if like is saved else (from_stored(to_stored(saved), like))
+                for x, y in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+                    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+        finally:
+            ckpt.close()
+        for like in (per_layer, stacked):  # params alone (init_mode=params), by a fresh reader as resume does
+            source = Checkpointer(tmp_path / name, async_save=False)
+            try:
+                params = source.restore_params(abstract(like["params"]), 1)
+            finally:
+                source.close()
+            assert jax.tree.structure(params) == jax.tree.structure(like["params"])
+            np.testing.assert_array_equal(*(flat_tree(layer_layout.stack(flat_tree(p)))["bert/layers/ffn/output/kernel"]
+                                            for p in (params, saved["params"])))
+
+
+def flat_tree(tree):
+    return tree if all(isinstance(k, str) and "/" in k for k in tree) else traverse_util.flatten_dict(tree, sep="/")

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from bert_jax.finetuning.warm_start import open_init_checkpoint
+from bert_jax.model import layer_layout
 from bert_jax.model.models import BertClassifier, create
 from bert_jax.training import trainer
 from bert_jax.training.checkpoints import read_params
@@ -48,8 +49,8 @@ def test_finetuning_restores_the_encoder(straight):
     cfg = dataclasses.replace(warm.config, use_pooler=True)  # what fine-tuning does for a classifier
     clf = create(BertClassifier, cfg, 2)
     untouched = warm.load_encoder(clf)
-    stored, _ = read_params(workdir)
-    got = params_of(clf)
+    stored, _ = read_params(workdir)  # stacked on disk, whatever ran the blocks
+    got = layer_layout.stack(params_of(clf))
     for k, v in got.items():
         if k.startswith("bert/") and not k.startswith("bert/pooler"):
             np.testing.assert_array_equal(v, stored[k], err_msg=k)

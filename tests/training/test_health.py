@@ -14,7 +14,7 @@ import pytest
 from sklearn.metrics import roc_auc_score
 
 from bert_jax.model.config import BertConfig
-from bert_jax.training import health, trainer
+from bert_jax.training import health, job, trainer
 from bert_jax.training import sharding as sh
 from bert_jax.training import train_step as ts
 from bert_jax.training.metric_writer import MetricWriter, read_metrics
@@ -258,6 +258,7 @@ def _train_and_watch(c, capsys) -> tuple[list[dict], list[str]]:
     """``c``'s real jitted steps (`trainer.build_steps`, `trainer.evaluate`) on `MarkovBatches`,
     watched as the trainer watches them (`health.HealthMonitor`): the evaluations (every
     ``c.eval_every`` steps from step 0) and the warning lines printed."""
+    c = job.resolved(c)  # as the job resolves it
     steps = trainer.build_steps(c, trainer.model_config(c, V), sh.make_mesh(tuple(c.mesh_shape)))
     state, data, rng = steps.layout.create(c.seed), MarkovBatches(seed=1), jax.random.key(c.seed)
     monitor = health.HealthMonitor(warmup_steps=c.optimizer.warmup_steps, advice=health.advice(c.optimizer))

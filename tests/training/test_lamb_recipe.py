@@ -6,6 +6,7 @@ import jax
 import numpy as np
 import pytest
 
+from bert_jax.resolve import resolve
 from bert_jax.training import resume, trainer
 from bert_jax.training import sharding as sh
 from bert_jax.training.checkpoints import Checkpointer
@@ -71,7 +72,8 @@ def test_phase2_starts_from_phase1_params_with_a_fresh_optimizer(tmp_path, tiny_
     c = tiny_config()
     c.optimizer.update(optimizer="lamb", decay_power=0.5)
     mesh = sh.make_mesh((1, 1, 1), jax.devices()[:1])
-    steps = trainer.build_steps(c, trainer.model_config(c, 101), mesh)
+    resolved = resolve(c, "cpu", batch_shards=1)  # as the job resolves it
+    steps = trainer.build_steps(resolved, trainer.model_config(resolved, 101), mesh)
     state = steps.layout.create(0)
     state = state.replace(step=state.step + 5, opt_state=jax.tree.map(lambda x: x + 1, state.opt_state))
     ckpt = Checkpointer(tmp_path / "phase1", async_save=False)

@@ -102,24 +102,35 @@ def test_accumulation_matches_one_big_batch_with_uneven_predictions():
 
 
 def test_auto_micro_batches_of_eight_on_the_cpu(load_config):
-    """The default ("auto"): 8 rows per device and micro-batch on the CPU when the batch is a larger
-    multiple of 8; an explicit accumulation or unpadded batches keep the whole batch."""
+    """The default ("auto", resolved when the job starts: bert_jax.resolve): 8 rows per device and
+    micro-batch on the CPU when the batch is a larger multiple of 8; an explicit accumulation or
+    unpadded batches keep the whole batch; an unresolved "auto" is refused."""
+    from bert_jax.resolve import resolve
+
     c = load_config("pretrain", "size=tiny,synthetic")
     assert c.per_device_batch == "auto"
     rules = tuple(tuple(r) for r in c.sharding_rules)
     one = sh.make_mesh((1, 1, 1), jax.devices()[:1])
+
+    def micro_batches(mesh):
+        resolved = resolve(c, "cpu", batch_shards=sh.batch_shards(mesh, rules))
+        return trainer.accumulation_steps(resolved, mesh, rules)
+
     for batch, micro in ((32, 4), (16, 2), (8, 1), (12, 1), (256, 32)):
         c.batch_size = batch
-        assert trainer.accumulation_steps(c, one, rules) == micro, batch
+        assert micro_batches(one) == micro, batch
     c.batch_size = 64
-    assert trainer.accumulation_steps(c, sh.make_mesh((8, 1, 1)), rules) == 1  # 8 rows per device already
-    assert trainer.accumulation_steps(c, sh.make_mesh((2, 4, 1)), rules) == 1
+    assert micro_batches(sh.make_mesh((8, 1, 1))) == 1  # 8 rows per device already
+    assert micro_batches(sh.make_mesh((2, 4, 1))) == 1
     c.batch_size = 256
-    assert trainer.accumulation_steps(c, sh.make_mesh((8, 1, 1)), rules) == 4  # 32 rows per device
+    assert micro_batches(sh.make_mesh((8, 1, 1))) == 4  # 32 rows per device
+    assert trainer.accumulation_steps(resolve(c, "tpu"), sh.make_mesh((8, 1, 1)), rules) == 1  # whole batch
     c.unpad_multiple = 8
-    assert trainer.accumulation_steps(c, one, rules) == 1
+    assert micro_batches(one) == 1
     c.unpad_multiple, c.optimizer.accumulation_steps = 0, 2
-    assert trainer.accumulation_steps(c, one, rules) == 2
+    assert micro_batches(one) == 2
+    with pytest.raises(ValueError, match="per_device_batch='auto' is not resolved"):
+        trainer.accumulation_steps(c, one, rules)
 
 
 def test_mesh_shapes():

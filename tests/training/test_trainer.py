@@ -26,7 +26,12 @@ def straight_run(tmp_path_factory, tiny_config):
 
 def test_outputs(straight_run):
     workdir, last = straight_run
-    assert json.loads((workdir / "config.json").read_text())["batch_size"] == 8
+    written = json.loads((workdir / "config.json").read_text())
+    assert written["batch_size"] == 8
+    # Resolved once for this platform at the start (bert_jax/resolve.py): no "auto" left.
+    assert (written["model"]["dtype"], written["model"]["scan_layers"], written["model"]["dropout_impl"],
+            written["per_device_batch"]) == ("float32", "false", "fused", "0")
+    assert '"auto"' not in (workdir / "config.json").read_text()
     assert sorted(p.name for p in (workdir / "checkpoints").iterdir() if p.name.isdigit()) == ["3", "6"]
     train = read_metrics(workdir, "train")
     assert [r["step"] for r in train] == [2, 3, 4, 6]
@@ -51,6 +56,24 @@ def test_resume_is_exact(straight_run, tmp_path, tiny_config):
     resumed = read_metrics(tmp_path, "train")
     assert [r["step"] for r in resumed] == [2, 3, 4, 6]
     np.testing.assert_allclose(resumed[-1]["loss"], read_metrics(workdir, "train")[-1]["loss"], rtol=1e-6)
+
+
+@pytest.mark.parametrize("first,then", [("false", "true"), ("true", "false")])
+def test_resume_across_scan_layouts(straight_run, tmp_path, tiny_config, first, then):
+    """One layout on disk: a workdir written with the blocks unrolled resumes scanned, and the
+    reverse, with no flag; the restored state is the saved one bit for bit (the checkpoint's
+    fingerprint is checked on restore) and the run ends where the straight run does."""
+    workdir, _ = straight_run
+    run = lambda steps, scan: tiny_config(steps=steps, model_overrides={"scan_layers": scan})
+    trainer.run(run(3, first), tmp_path)
+    stored, _ = read_params(tmp_path)
+    assert "bert/layers/attention/query/kernel" in stored and not any("layers/0/" in k for k in stored)
+    trainer.run(run(6, then), tmp_path)  # resumes from checkpoint 3
+    a, _ = read_params(workdir)
+    b, _ = read_params(tmp_path)
+    assert a.keys() == b.keys()
+    for k in a:  # a scan and unrolled blocks may round differently: the same run, not the same bits
+        np.testing.assert_allclose(a[k], b[k], rtol=1e-4, atol=1e-6, err_msg=k)
 
 
 def test_rng_impl_picks_the_dropout_prng(straight_run, tmp_path, tiny_config):
@@ -100,6 +123,7 @@ def test_sigterm_saves_and_exits(tmp_path, monkeypatch, tiny_config):
 
 def test_every_config_builds_abstractly(load_config):
     """Each shipped pre-training configuration builds its model and optimizer state abstractly."""
+    from bert_jax.resolve import resolve
     from bert_jax.training import sharding as sh
 
     mesh = sh.make_mesh((1, 1, 1), jax.devices()[:1])
@@ -107,7 +131,7 @@ def test_every_config_builds_abstractly(load_config):
                 "size=large,recipe=lamb,phase=1", "size=large,recipe=lamb,phase=2",
                 "size=small,objective=none,masking=dynamic", "model=roberta", "model=albert,size=large",
                 "model=electra", "model=electra,size=base"):
-        c = load_config("pretrain", arg)
+        c = resolve(load_config("pretrain", arg), "cpu", batch_shards=1)  # as a job resolves it
         abstract = trainer.build_steps(c, trainer.model_config(c, 30522), mesh).layout.abstract
         assert abstract.params["bert"]["embeddings"]["word_embeddings"]["embedding"].shape[0] == 30522
     with pytest.raises(ValueError, match="phase=3"):
