@@ -9,7 +9,7 @@ Wikipedia XML dumps and ``tfds:`` datasets all work; ``--max_sentences`` keeps t
 * ``wordpiece`` → ``DIR/vocab.txt``: ``[PAD] [UNK] [CLS] [SEP] [MASK]`` (ids 0-4), every character
   (alone and as ``##c``), then the learned pieces by frequency: words split and counted as
   `WordPieceTokenizer` splits them, learned by tensorflow-text's WordPiece learner with a faster
-  threshold search (`input_pipeline.wordpiece_learner`).
+  threshold search (`input_pipeline.tokenizers.wordpiece_learner`).
 * ``unigram`` / ``bpe`` → ``DIR/spm.model`` (trained by the ``sentencepiece`` package: ``[PAD]`` id 0
   and ``[UNK]`` id 1 as its pad/unknown pieces, ``[CLS] [SEP] [MASK]`` as control symbols 2-4; no
   BOS/EOS; case folding with ``nmt_nfkc_cf`` when lower-casing) and ``DIR/vocab.txt`` listing its
@@ -33,9 +33,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from input_pipeline import sources, wordpiece_learner
+from input_pipeline.corpora import sources
 from input_pipeline.files import write_atomically
-from input_pipeline.vocab import SPECIAL_TOKENS, infer_lower_case
+from input_pipeline.tokenizers import wordpiece_learner
+from input_pipeline.tokenizers.vocab import SPECIAL_TOKENS, infer_lower_case
 
 log = logging.getLogger(__name__)
 MODEL_TYPES = ("wordpiece", "unigram", "bpe")
@@ -89,7 +90,7 @@ def train_vocab(input_spec, output_dir: str | os.PathLike, *, model_type: str, v
         path = _build_sentencepiece(sentences, out, model_type, vocab_size, lower_case, seed,
                                            character_coverage, input_sentence_size, num_threads)
     log.info("read %s", report.summary())
-    from input_pipeline.tokenizer_factory import load_tokenizer  # imports TF text ops
+    from input_pipeline.tokenizers.factory import load_tokenizer  # imports TF text ops
 
     tokenizer = load_tokenizer(out)
     summary = VocabSummary(path, model_type, sentences.count, tokenizer.vocab_size,

@@ -4,7 +4,7 @@ r"""Raw text → pre-training TFRecord shards (Google create_pretraining_data.py
         --vocab vocab.txt --max_seq_length 128 --max_predictions_per_seq 20 --dupe_factor 10 \
         --objective nsp --num_shards 64 --num_workers 8
 
-Two stages (`input_pipeline.pretraining_shards`), both spread over ``--num_workers`` processes:
+Two stages (`input_pipeline.pretraining.shards`), both spread over ``--num_workers`` processes:
 
 1. per input file (a Wikipedia dump, a text file, or one TFDS spec): read documents (`sources`),
    tokenize them in batches in-graph, and route each document to an output shard: with at least as
@@ -39,9 +39,11 @@ import tensorflow as tf
 from absl import flags
 from tqdm.auto import tqdm
 
-from input_pipeline import cli, examples, hide_accelerators_from_tf, sources
+from input_pipeline import cli, hide_accelerators_from_tf
+from input_pipeline.corpora import sources
 from input_pipeline.package_data import resolve
-from input_pipeline.pretraining_shards import (
+from input_pipeline.pretraining import examples
+from input_pipeline.pretraining.shards import (
     COMPRESSIONS,
     PREFIX,
     Settings,
@@ -51,7 +53,7 @@ from input_pipeline.pretraining_shards import (
     read_unit,
     write_shard,
 )
-from input_pipeline.tokenizers import WordPieceTokenizer
+from input_pipeline.tokenizers.wordpiece import WordPieceTokenizer
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +196,7 @@ def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
     """Defines the command-line flags on `fv` (only when run as a program: no import-time flags)."""
     _D = Settings()
     flags.DEFINE_string("input", None, "Source spec: files/globs/dirs (comma-separated), a Wikipedia dump "
-                        "(*.xml[.bz2]), tfds:NAME[:SPLIT] or pkg:wikipedia; see input_pipeline.sources.",
+                        "(*.xml[.bz2]), tfds:NAME[:SPLIT] or pkg:wikipedia; see input_pipeline.corpora.sources.",
                         flag_values=fv)
     flags.DEFINE_string("output", None, "Output directory for the shards, config.json, summary.json.", flag_values=fv)
     flags.DEFINE_string("vocab", None, "WordPiece vocab.txt (or pkg:minilm/vocab.txt).", flag_values=fv)

@@ -89,7 +89,7 @@ def compile_step(config, devices, batch_size: int) -> dict:
         length, predictions = config.max_seq_length, 0
     else:
         from bert_jax.training import trainer
-        from input_pipeline.batch import shapes as batch_shapes
+        from input_pipeline.pretraining.batch import shapes as batch_shapes
 
         if config.data.get("pack_examples") or config.get("unpad_multiple"):
             raise ValueError("the AOT tool compiles padded, unpacked batches: set --config.data.pack_examples=0 "

@@ -104,7 +104,7 @@ def review_vocab(train_texts: list[str]) -> str:
 def review_features(args) -> tuple[dict, dict, str]:
     """(train, dev features) of the demo's review sentences, and where their lengths come from."""
     from input_pipeline.tasks import make_task
-    from input_pipeline.tokenizer_factory import load_tokenizer
+    from input_pipeline.tokenizers.factory import load_tokenizer
 
     task = make_task(load_config_file("sentiment", "").task)
     train, dev = task.load("train"), task.load("dev")

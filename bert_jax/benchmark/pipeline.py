@@ -74,7 +74,7 @@ def pipeline_config(shards: str, vocab: str, *, masking: str, max_seq_length: in
 
 def read_speed(config, *, batch_size: int, seconds: float = 20.0, batches: int = 0) -> dict:
     """Stage 2: batches/s of `make_pretraining_dataset` after one warm-up batch."""
-    from input_pipeline.dataset import make_pretraining_dataset
+    from input_pipeline.pretraining.dataset import make_pretraining_dataset
 
     start = time.perf_counter()
     data = make_pretraining_dataset(config, batch_size=batch_size)

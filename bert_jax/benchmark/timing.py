@@ -23,9 +23,9 @@ from bert_jax.config_args import load_config_file
 from bert_jax.resolve import resolve
 from bert_jax.training import sharding as sh
 from bert_jax.training.trainer import build_steps, model_config
-from input_pipeline.packing import PackedBatches
-from input_pipeline.synthetic import SyntheticBatches
-from input_pipeline.unpadding import token_index, with_token_index
+from input_pipeline.pretraining.packing import PackedBatches
+from input_pipeline.pretraining.synthetic import SyntheticBatches
+from input_pipeline.pretraining.unpadding import token_index, with_token_index
 
 
 def dict_with(config, **fields):
@@ -73,7 +73,7 @@ class Bench:
 
     def data(self, batch_size: int, packed: bool = True):
         """Synthetic batches of ``batch_size`` rows; with ``--packing K`` (and ``packed``) each row
-        packs up to K of the synthetic examples (input_pipeline/packing.py)."""
+        packs up to K of the synthetic examples (input_pipeline/pretraining/packing.py)."""
         k = self.args.packing if packed else 0
         examples = SyntheticBatches(batch_size=batch_size * max(k, 1), seq_len=self.args.seq_len,
                                     max_predictions=self.args.max_predictions, vocab_size=self.cfg.vocab_size,

@@ -48,7 +48,7 @@ def unigram_baseline(config, eval_epochs: int = 5) -> tuple[int, dict]:
     — the same masking and positions the trainer's MLM accuracy is measured on."""
     import numpy as np
 
-    from input_pipeline.dataset import make_pretraining_dataset
+    from input_pipeline.pretraining.dataset import make_pretraining_dataset
 
     def passes(split: str, epochs: int):
         data = make_pretraining_dataset(config, split=split, batch_size=config.batch_size)

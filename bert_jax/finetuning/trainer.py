@@ -216,7 +216,7 @@ def _run(config, j) -> dict:
     from bert_jax.finetuning.warm_start import open_init_checkpoint
     from input_pipeline.package_data import resolve
     from input_pipeline.tasks import make_task
-    from input_pipeline.tokenizer_factory import load_tokenizer
+    from input_pipeline.tokenizers.factory import load_tokenizer
 
     config, workdir, is_main = j.config, j.workdir, j.is_main
     task = make_task(config.task)

@@ -158,7 +158,7 @@ def run(init: str, input_path, output_path, *, layers=(-1, -2, -3, -4), max_seq_
     if batch_size < 1:
         raise ValueError(f"--batch_size {batch_size}: expected at least 1")
     from bert_jax.interop import pretrained
-    from input_pipeline.tokenizer_factory import load_tokenizer
+    from input_pipeline.tokenizers.factory import load_tokenizer
 
     ckpt = pretrained.read_checkpoint(init)
     vocab = vocab or ckpt.vocab_file

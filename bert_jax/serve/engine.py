@@ -29,7 +29,7 @@ from bert_jax.model.encoder import BertEncoder
 from bert_jax.serve import pooling
 from bert_jax.training.checkpoints import Checkpointer, restore_params
 from input_pipeline.package_data import resolve
-from input_pipeline.tokenizer_factory import load_tokenizer
+from input_pipeline.tokenizers.factory import load_tokenizer
 
 log = logging.getLogger(__name__)
 CLASSIFIER_KINDS = ("classification", "regression")

@@ -1,7 +1,7 @@
 """Host-to-device prefetch: the next batches are read, packed and placed on the devices in a
 background thread while the current step runs (``config.prefetch_batches``; 0 = in the loop).
 
-`DevicePrefetch` wraps an input iterator with ``state()`` (`input_pipeline.dataset`) and a
+`DevicePrefetch` wraps an input iterator with ``state()`` (`input_pipeline.pretraining.dataset`) and a
 ``place`` function (numpy batch → global `jax.Array`s, `bert_jax.training.sharding.global_batch`). Its own
 ``state()`` is the input's position after the last batch *returned*, not after the batches read
 ahead, so a checkpoint saved mid-run resumes exactly where the training loop was. An error in the

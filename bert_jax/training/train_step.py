@@ -1,6 +1,6 @@
 """Pure pre-training state and steps: ``train_step(state, batch, rng) -> (state, metrics)``.
 
-Batches have the layout of `input_pipeline.batch`. The model's structure (``graphdef``) and the
+Batches have the layout of `input_pipeline.pretraining.batch`. The model's structure (``graphdef``) and the
 optimizer are static; the state is a
 `bert_jax.training.state.TrainState` (step, parameters as a pure dict, optimizer state). The
 trainer jits these functions once with explicit in/out shardings and donates the state
@@ -21,7 +21,7 @@ from bert_jax.model.electra import ElectraForPreTraining, ElectraOutput
 from bert_jax.model.models import BertForPreTraining
 from bert_jax.training import health
 from bert_jax.training.state import TrainState, new_state
-from input_pipeline.batch import MODEL_INPUT_KEYS
+from input_pipeline.pretraining.batch import MODEL_INPUT_KEYS
 
 OBJECTIVES = ("nsp", "sop", "none", "rtd")  # rtd: ELECTRA's replaced-token detection
 

@@ -77,7 +77,7 @@ def make_input(config, split: str, block: tuple[int, int] = (0, 1)):
         if config.data.get("pack_examples", 0):
             raise ValueError("config.data.pack_examples needs data.kind='pretraining' (synthetic batches "
                              "are not packed; the benchmark packs them with --packing K)")
-        from input_pipeline.synthetic import SyntheticBatches
+        from input_pipeline.pretraining.synthetic import SyntheticBatches
 
         batches = SyntheticBatches(batch_size=config.batch_size, seq_len=config.data.max_seq_length,
                                    max_predictions=config.data.max_predictions_per_seq,
@@ -85,7 +85,7 @@ def make_input(config, split: str, block: tuple[int, int] = (0, 1)):
                                    seed=config.seed * 1000 + (7 if split == "eval" else 0))
         return batches if n == 1 else BlockRows(batches, i, local)
     if config.data.kind == "pretraining":
-        from input_pipeline.dataset import make_pretraining_dataset
+        from input_pipeline.pretraining.dataset import make_pretraining_dataset
 
         return make_pretraining_dataset(config, split=split, batch_size=local, process_index=i, process_count=n)
     raise ValueError(f"config.data.kind={config.data.kind!r}: expected 'pretraining' or 'synthetic'")
@@ -100,7 +100,7 @@ def unpadded(place, config, mesh, rules, accumulation: int = 1):
     if multiple and max(accumulation, config.optimizer.accumulation_steps) > 1:
         raise ValueError("config.unpad_multiple does not go with gradient accumulation (optimizer.accumulation_steps "
                          "or per_device_batch)")
-    from input_pipeline.unpadding import adding_token_index
+    from input_pipeline.pretraining.unpadding import adding_token_index
 
     return adding_token_index(place, sh.batch_shards(mesh, rules), multiple) if multiple else place
 
@@ -109,7 +109,7 @@ def vocab_size_of(config) -> int:
     if config.data.kind == "synthetic":
         return config.model.vocab_size
     from input_pipeline.package_data import resolve
-    from input_pipeline.tokenizer_factory import load_tokenizer
+    from input_pipeline.tokenizers.factory import load_tokenizer
 
     if not config.data.get("vocab"):
         raise ValueError("config.data.vocab is empty: set --config.data.vocab=PATH (a vocab.txt, a SentencePiece "

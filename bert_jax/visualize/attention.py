@@ -43,7 +43,7 @@ def load(init: str, vocab: str | None = None):
     from bert_jax.model.encoder import BertEncoder
     from bert_jax.model.models import create
     from input_pipeline.package_data import resolve
-    from input_pipeline.tokenizer_factory import load_tokenizer
+    from input_pipeline.tokenizers.factory import load_tokenizer
 
     warm = open_init_checkpoint(init)
     vocab = vocab or warm.vocab_file or _finetuning_vocab(init)

@@ -152,8 +152,8 @@ def convert_examples_to_features(examples: list, tokenizer, max_seq_length: int,
                 out["start_positions"][row] = tok_start - start + offset
                 out["end_positions"][row] = tok_end - start + offset
             row += 1
-    from input_pipeline.bpe_tokenizer import RobertaBPETokenizer
-    from input_pipeline.sentencepiece_tokenizer import SentencePieceTokenizer
+    from input_pipeline.tokenizers.bpe import RobertaBPETokenizer
+    from input_pipeline.tokenizers.sentencepiece_model import SentencePieceTokenizer
 
     pieces = ("sentencepiece" if isinstance(tokenizer, SentencePieceTokenizer) else
               "byte_level" if isinstance(tokenizer, RobertaBPETokenizer) else "wordpiece")

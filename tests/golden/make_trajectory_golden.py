@@ -95,7 +95,7 @@ def _versions() -> dict[str, np.str_]:
 
 
 def make_batches(seed: int) -> dict[str, np.ndarray]:
-    """``STEPS`` fixed batches in the layout of input_pipeline/batch.py, stacked on a leading step axis.
+    """``STEPS`` fixed batches in the layout of input_pipeline/pretraining/batch.py, stacked on a leading step axis.
 
     Rows are ``[CLS] a [SEP] b [SEP]`` right-padded to ``LENGTH`` (real lengths 8..24, some full),
     segment 1 over ``b [SEP]``. Words follow a Zipf-like law (p ~ 1 / (rank + 5)); where the NSP label

@@ -64,7 +64,7 @@ def write_prose_corpus():
 @pytest.fixture(scope="session")
 def minilm_tokenizer(minilm_dir):
     """WordPiece over the real MiniLM (bert-base uncased) vocabulary."""
-    from input_pipeline.tokenizers import WordPieceTokenizer
+    from input_pipeline.tokenizers.wordpiece import WordPieceTokenizer
 
     return WordPieceTokenizer(minilm_dir / "vocab.txt")
 

@@ -1,10 +1,10 @@
-"""The batch layout in input_pipeline.batch is what the producers actually make."""
+"""The batch layout in input_pipeline.pretraining.batch is what the producers actually make."""
 
 import numpy as np
 
-from input_pipeline import batch as layout
-from input_pipeline.pretraining import parse_examples, serialize_example
-from input_pipeline.synthetic import SyntheticBatches
+from input_pipeline.pretraining import batch as layout
+from input_pipeline.pretraining.featurize import parse_examples, serialize_example
+from input_pipeline.pretraining.synthetic import SyntheticBatches
 
 
 def check(batch: dict, n: int, length: int, predictions: int):

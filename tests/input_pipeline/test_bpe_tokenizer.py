@@ -1,4 +1,4 @@
-"""RoBERTa's byte-level BPE tokenizer (input_pipeline/bpe_tokenizer.py) against Hugging Face's ids.
+"""RoBERTa's byte-level BPE tokenizer (input_pipeline/tokenizers/bpe.py) against Hugging Face's ids.
 
 The golden ids come from transformers' ``RobertaTokenizer.from_pretrained(tests/golden/roberta_bpe)``
 (tests/golden/roberta_tokenizer_golden.npz, `make golden`): every sentence of the vaderSentiment
@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from input_pipeline.bpe_tokenizer import RobertaBPETokenizer
-from input_pipeline.tokenizer_factory import load_tokenizer
-from input_pipeline.tokenizers import WordPieceTokenizer
-from input_pipeline.vocab import VocabError
+from input_pipeline.tokenizers.bpe import RobertaBPETokenizer
+from input_pipeline.tokenizers.factory import load_tokenizer
+from input_pipeline.tokenizers.vocab import VocabError
+from input_pipeline.tokenizers.wordpiece import WordPieceTokenizer
 
 
 @pytest.fixture(scope="module")
@@ -263,14 +263,14 @@ def test_squad_layout_and_answers_with_byte_level_pieces(tok):
 
 
 def test_pretraining_tokenize_and_whole_word_masking(tok):
-    from input_pipeline import pretraining
+    from input_pipeline.pretraining import featurize
 
     docs = [["The film was good.", "Unbelievably, it was long."], ["Another document here.", "And more."]]
-    tokenized = list(pretraining.tokenize_documents(docs, tok, batch_size=3))
+    tokenized = list(featurize.tokenize_documents(docs, tok, batch_size=3))
     assert tokenized == [tok.encode_python(d) for d in docs]
-    feats = pretraining.build_examples(tokenized, tok, max_seq_length=32)
-    cfg = pretraining.masking_config(tok, masked_lm_prob=0.5, max_predictions_per_seq=8, whole_word=True)
-    out = pretraining.mask_features(feats, tok, cfg, seed=1)
+    feats = featurize.build_examples(tokenized, tok, max_seq_length=32)
+    cfg = featurize.masking_config(tok, masked_lm_prob=0.5, max_predictions_per_seq=8, whole_word=True)
+    out = featurize.mask_features(feats, tok, cfg, seed=1)
     picked = out["masked_lm_ids"][out["masked_lm_weights"] > 0]
     assert picked.size and not np.isin(picked, list(tok.special_ids)).any()
 

@@ -9,11 +9,11 @@ import pytest
 import tensorflow as tf
 
 from input_pipeline.build_vocab import build_vocab, train_vocab
-from input_pipeline.sentencepiece_tokenizer import SentencePieceTokenizer
-from input_pipeline.sources import SourceError
-from input_pipeline.tokenizer_factory import load_tokenizer
-from input_pipeline.tokenizers import WordPieceTokenizer
-from input_pipeline.vocab import SPECIAL_TOKENS, infer_lower_case, load_vocab
+from input_pipeline.corpora.sources import SourceError
+from input_pipeline.tokenizers.factory import load_tokenizer
+from input_pipeline.tokenizers.sentencepiece_model import SentencePieceTokenizer
+from input_pipeline.tokenizers.vocab import SPECIAL_TOKENS, infer_lower_case, load_vocab
+from input_pipeline.tokenizers.wordpiece import WordPieceTokenizer
 
 
 @pytest.fixture(scope="module")

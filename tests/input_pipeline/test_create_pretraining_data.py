@@ -13,9 +13,10 @@ import tensorflow as tf
 from absl import flags
 
 from input_pipeline import create_pretraining_data as cpd
-from input_pipeline import pretraining, sources
-from input_pipeline.pretraining_shards import shard_seed
-from input_pipeline.tokenizers import WordPieceTokenizer
+from input_pipeline.corpora import sources
+from input_pipeline.pretraining import featurize
+from input_pipeline.pretraining.shards import shard_seed
+from input_pipeline.tokenizers.wordpiece import WordPieceTokenizer
 
 
 def read_shards(out_dir, max_seq_length, p=None, compression=None):
@@ -23,7 +24,7 @@ def read_shards(out_dir, max_seq_length, p=None, compression=None):
     result = {}
     for f in files:
         raw = list(tf.data.TFRecordDataset(str(out_dir / f), compression).as_numpy_iterator())
-        result[f] = (raw, pretraining.parse_examples(raw, max_seq_length, p) if raw else None)
+        result[f] = (raw, featurize.parse_examples(raw, max_seq_length, p) if raw else None)
     return result
 
 
@@ -44,13 +45,13 @@ def test_tool_static_masks_and_reproduces(tiny_tok, tmp_path, write_token_corpus
     shards = read_shards(tmp_path / "out", 48, 6)
     assert summary["examples"] == sum(len(raw) for raw, _ in shards.values())
     # Shard s = files s, s+2, ... (files >= shards): rebuild it from the public pieces.
-    cfg = pretraining.masking_config(tiny_tok, max_predictions_per_seq=6, whole_word=True)
+    cfg = featurize.masking_config(tiny_tok, max_predictions_per_seq=6, whole_word=True)
     for s, (_, parsed) in enumerate(shards.values()):
-        docs = pretraining.tokenize_documents(sources.read_documents([str(f) for f in files[s::2]]),
+        docs = featurize.tokenize_documents(sources.read_documents([str(f) for f in files[s::2]]),
                                               tiny_tok)
-        feats = pretraining.build_examples(list(docs), tiny_tok, max_seq_length=48, dupe_factor=2,
+        feats = featurize.build_examples(list(docs), tiny_tok, max_seq_length=48, dupe_factor=2,
                                            seed=random.Random(shard_seed(9, s)))
-        feats = pretraining.mask_features(feats, tiny_tok, cfg, seed=9, stream=s)
+        feats = featurize.mask_features(feats, tiny_tok, cfg, seed=9, stream=s)
         for k, v in parsed.items():
             np.testing.assert_array_equal(v.numpy(), feats[k])
     masked = sum(int(p["masked_lm_weights"].numpy().sum()) for _, p in shards.values())
@@ -69,7 +70,7 @@ def test_tool_independent_of_workers(tiny_tok, tmp_path, write_token_corpus):
         assert not [f for f in os.listdir(out) if ".tmp" in f]
     assert outs[1] == outs[2] and len(outs[1]) == 4
     assert all(outs[1].values())  # 3 files < 4 shards: documents spread over every shard
-    first = pretraining.parse_examples(outs[1]["pretrain-00000-of-00004.tfrecord"], 32)
+    first = featurize.parse_examples(outs[1]["pretrain-00000-of-00004.tfrecord"], 32)
     assert "masked_lm_ids" not in first
     # Different seed → different data; re-run into the same directory replaces everything.
     cpd.create_pretraining_data(str(tmp_path / "*.txt"), str(tmp_path / "out1"), tiny_tok,
@@ -117,10 +118,10 @@ def test_tool_ngram_masks_reproduce(tiny_tok, tmp_path, write_token_corpus):
     cpd.create_pretraining_data(str(files[0]), str(tmp_path / "out"), tiny_tok, max_seq_length=32,
                                 max_predictions_per_seq=5, dupe_factor=1, random_seed=4, ngram=3, progress=False)
     (_, parsed), = read_shards(tmp_path / "out", 32, 5).values()
-    docs = pretraining.tokenize_documents(sources.read_documents([str(files[0])]), tiny_tok)
-    feats = pretraining.build_examples(list(docs), tiny_tok, max_seq_length=32, seed=random.Random(shard_seed(4, 0)))
-    cfg = lambda n: pretraining.masking_config(tiny_tok, max_predictions_per_seq=5, ngram=n)
-    masked = {n: pretraining.mask_features(feats, tiny_tok, cfg(n), seed=4, stream=0) for n in (3, 0)}
+    docs = featurize.tokenize_documents(sources.read_documents([str(files[0])]), tiny_tok)
+    feats = featurize.build_examples(list(docs), tiny_tok, max_seq_length=32, seed=random.Random(shard_seed(4, 0)))
+    cfg = lambda n: featurize.masking_config(tiny_tok, max_predictions_per_seq=5, ngram=n)
+    masked = {n: featurize.mask_features(feats, tiny_tok, cfg(n), seed=4, stream=0) for n in (3, 0)}
     for k, v in parsed.items():
         np.testing.assert_array_equal(v.numpy(), masked[3][k], err_msg=k)
     assert (masked[3]["masked_lm_positions"] != masked[0]["masked_lm_positions"]).any()  # not token masking

@@ -1,4 +1,4 @@
-"""The training input (input_pipeline/dataset.py) on tiny shards and text: static and dynamic
+"""The training input (input_pipeline/pretraining/dataset.py) on tiny shards and text: static and dynamic
 masking, eval split, exact resume across epochs, process sharding, errors; and the pipeline
 benchmark's entry point (not timed)."""
 
@@ -11,8 +11,8 @@ import pytest
 import tensorflow as tf
 
 from bert_jax.benchmark import pipeline as benchmark
-from input_pipeline import pretraining
-from input_pipeline.dataset import make_pretraining_dataset
+from input_pipeline.pretraining import featurize
+from input_pipeline.pretraining.dataset import make_pretraining_dataset
 
 L, P, B = 32, 5, 4  # max_seq_length, max_predictions_per_seq (those of pretraining_data), batch size
 KEYS = {"input_ids": (B, L), "input_mask": (B, L), "segment_ids": (B, L), "masked_lm_positions": (B, P),
@@ -45,7 +45,7 @@ def unmasked(b):
 def records(directory, files=slice(None), p=None):
     paths = sorted(str(f) for f in Path(directory).glob("*.tfrecord"))[files]
     raw = list(tf.data.TFRecordDataset(paths).as_numpy_iterator())
-    return {k: v.numpy() for k, v in pretraining.parse_examples(raw, L, p).items()}
+    return {k: v.numpy() for k, v in featurize.parse_examples(raw, L, p).items()}
 
 
 def test_static_shards(pretraining_data, pretraining_config):

@@ -1,4 +1,4 @@
-"""Pre-training instances (input_pipeline/examples.py) on synthetic token documents (token = its
+"""Pre-training instances (input_pipeline/pretraining/examples.py) on synthetic token documents (token = its
 document and position, see the make_docs fixture): Google's NSP algorithm exactly, NSP and SOP pairs,
 short sequences and truncation, FULL-/DOC-SENTENCES packing, determinism."""
 
@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from input_pipeline.examples import create_instances, instances_from_document
+from input_pipeline.pretraining.examples import create_instances, instances_from_document
 
 CLS, SEP = 1, 2
 

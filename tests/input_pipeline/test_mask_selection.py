@@ -1,10 +1,10 @@
-"""Which tokens masking picks (input_pipeline/mask_selection.py), on hand-made rows whose answer is known.
+"""Which tokens masking picks (input_pipeline/pretraining/mask_selection.py), on hand-made rows whose answer is known.
 The statistics and Google's greedy whole-word loop through `mask_example` are in test_masking.py."""
 
 import numpy as np
 import tensorflow as tf
 
-from input_pipeline.mask_selection import select_tokens, select_whole_words
+from input_pipeline.pretraining.mask_selection import select_tokens, select_whole_words
 
 F, T = False, True
 

@@ -1,11 +1,11 @@
-"""Tests for input_pipeline/masking.py on synthetic token data (fake vocab of 1000 ids)."""
+"""Tests for input_pipeline/pretraining/masking.py on synthetic token data (fake vocab of 1000 ids)."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from input_pipeline import masking
-from input_pipeline.masking import MaskingConfig, example_seed, mask_dataset, mask_example
+from input_pipeline.pretraining import masking
+from input_pipeline.pretraining.masking import MaskingConfig, example_seed, mask_dataset, mask_example
 
 PAD, CLS, SEP, MASK = 0, 101, 102, 103
 SPECIALS = (PAD, CLS, SEP, MASK)

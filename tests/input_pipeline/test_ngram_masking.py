@@ -1,4 +1,4 @@
-"""ALBERT's n-gram masking (MaskingConfig.ngram; input_pipeline/mask_selection.py `select_ngrams`): the
+"""ALBERT's n-gram masking (MaskingConfig.ngram; input_pipeline/pretraining/mask_selection.py `select_ngrams`): the
 length distribution p(n) ∝ 1/n, spans of whole words within the budget, the original loop replayed in
 Python on the same random draws, 80/10/10, seeds, and tf.data against eager."""
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from input_pipeline.mask_selection import ngram_lengths, select_ngrams, select_whole_words
-from input_pipeline.masking import MaskingConfig, example_seed, mask_dataset, mask_example
+from input_pipeline.pretraining.mask_selection import ngram_lengths, select_ngrams, select_whole_words
+from input_pipeline.pretraining.masking import MaskingConfig, example_seed, mask_dataset, mask_example
 from tests.input_pipeline.test_masking import MASK, SPECIALS, L, cfg_, make_batch, py_num_to_predict, py_words, run
 
 # chi-square critical values at p = 0.001 for 1 and 2 degrees of freedom

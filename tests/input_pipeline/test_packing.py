@@ -10,8 +10,8 @@ import pytest
 from bert_jax.model.config import BertConfig
 from bert_jax.model.encoder import packed_mask, packed_positions
 from bert_jax.training import train_step as ts
-from input_pipeline.packing import pack_examples
-from input_pipeline.synthetic import SyntheticBatches
+from input_pipeline.pretraining.packing import pack_examples
+from input_pipeline.pretraining.synthetic import SyntheticBatches
 
 # A large initialiser: at 0.02 attention is nearly uniform and a row's losses barely depend on
 # which tokens it attends to, so a mask that let examples see each other would go unnoticed.

@@ -1,4 +1,4 @@
-"""input_pipeline.sentencepiece_tokenizer and .tokenizer_factory: SentencePiece models as BERT
+"""input_pipeline.tokenizers.sentencepiece_model and .tokenizer_factory: SentencePiece models as BERT
 tokenizers, in-graph ids equal to the sentencepiece package's."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import pytest
 import sentencepiece as spm
 import tensorflow as tf
 
-from input_pipeline.sentencepiece_tokenizer import SentencePieceTokenizer
-from input_pipeline.sentences import split_sentences
-from input_pipeline.tokenizer_factory import load_tokenizer
-from input_pipeline.tokenizers import WordPieceTokenizer
-from input_pipeline.vocab import VocabError
+from input_pipeline.corpora.sentences import split_sentences
+from input_pipeline.tokenizers.factory import load_tokenizer
+from input_pipeline.tokenizers.sentencepiece_model import SentencePieceTokenizer
+from input_pipeline.tokenizers.vocab import VocabError
+from input_pipeline.tokenizers.wordpiece import WordPieceTokenizer
 
 EDGE_CASES = [
     "", " ", "  leading and   inner   spaces\t", "Ünïcödé ß İstanbul ﬁ ①", "日本語のテキスト。",
@@ -123,7 +123,7 @@ def test_user_defined_specials_and_cased_model(sentences, tmp_path):
 def test_albert_spelling_of_the_specials(sentences, tmp_path):
     """ALBERT's spiece.model: <pad> = 0, <unk> = 1, [CLS] [SEP] [MASK] after them; a directory
     holding it (as a Hugging Face ALBERT directory does) gives this tokenizer."""
-    from input_pipeline.tokenizer_factory import load_tokenizer
+    from input_pipeline.tokenizers.factory import load_tokenizer
 
     path = train_model(tmp_path / "spiece.model", sentences, pad_id=0, pad_piece="<pad>", unk_id=1,
                        unk_piece="<unk>", bos_id=-1, eos_id=-1, control_symbols=["[CLS]", "[SEP]", "[MASK]"],

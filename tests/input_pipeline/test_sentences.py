@@ -1,8 +1,8 @@
-"""The rule-based sentence splitter (input_pipeline/sentences.py)."""
+"""The rule-based sentence splitter (input_pipeline/corpora/sentences.py)."""
 
 import pytest
 
-from input_pipeline.sentences import split_sentences
+from input_pipeline.corpora.sentences import split_sentences
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""input_pipeline.sources: text files (bert and doc_per_line formats, globs, bad input) and TFDS →
+"""input_pipeline.corpora.sources: text files (bert and doc_per_line formats, globs, bad input) and TFDS →
 documents. Wikipedia dumps: test_wikipedia.py."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import re
 import pytest
 import tensorflow as tf
 
-from input_pipeline import sources
-from input_pipeline.sources import (
+from input_pipeline.corpora import sources
+from input_pipeline.corpora.sources import (
     SourceError,
     SourceReport,
     documents_dataset,

@@ -1,4 +1,4 @@
-"""WordPiece tokenizer (input_pipeline/tokenizers.py) against Hugging Face's ids and on small vocabs.
+"""WordPiece tokenizer (input_pipeline/tokenizers/wordpiece.py) against Hugging Face's ids and on small vocabs.
 
 The golden ids come from transformers' Python BERT tokenizer (tests/golden/tokenizer_golden.npz,
 `make golden`): every sentence of the vaderSentiment movie-review file, hand-picked inputs and, per
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from input_pipeline.tokenizers import VocabError, WordPieceTokenizer, load_vocab
+from input_pipeline.tokenizers.wordpiece import VocabError, WordPieceTokenizer, load_vocab
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 

@@ -1,4 +1,4 @@
-"""Wikipedia XML dumps (input_pipeline/wikipedia.py, read through sources.read_documents): wikitext →
+"""Wikipedia XML dumps (input_pipeline/corpora/wikipedia.py, read through sources.read_documents): wikitext →
 prose, redirects and non-articles filtered, broken dumps, dump names, the real excerpt in the gensim wheel."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import re
 
 import pytest
 
-from input_pipeline import wikipedia
-from input_pipeline.sentences import split_sentences
-from input_pipeline.sources import SourceError, SourceReport, read_documents
+from input_pipeline.corpora import wikipedia
+from input_pipeline.corpora.sentences import split_sentences
+from input_pipeline.corpora.sources import SourceError, SourceReport, read_documents
 
 _HEAVY = """{{Infobox country|name=Freedonia|capital=[[Fredville]]}}
 '''Freedonia''' ({{IPA|fri:'do:ni@}}; born {{circa}}) is a [[fictional country|fictional nation]] \

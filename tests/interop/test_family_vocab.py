@@ -7,7 +7,7 @@ import pytest
 
 from bert_jax.finetuning.warm_start import open_init_checkpoint
 from bert_jax.interop import pretrained
-from input_pipeline.tokenizer_factory import load_tokenizer
+from input_pipeline.tokenizers.factory import load_tokenizer
 from tests.fixtures.hf_dirs import write_dir
 
 

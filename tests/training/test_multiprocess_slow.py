@@ -33,7 +33,7 @@ def test_uneven_shards_resume_each_process_position(multiprocess_corpus, tmp_pat
     process continues its own stream exactly."""
     from bert_jax.training.checkpoints import Checkpointer, read_params
     from input_pipeline import create_pretraining_data as cpd
-    from input_pipeline.tokenizers import WordPieceTokenizer
+    from input_pipeline.tokenizers.wordpiece import WordPieceTokenizer
 
     tokenizer = WordPieceTokenizer(multiprocess_corpus / "vocab.txt")
     cpd.create_pretraining_data(f"{multiprocess_corpus}/text/*.txt", str(tmp_path / "shards"), tokenizer,

@@ -10,7 +10,7 @@ import pytest
 from bert_jax.training import trainer
 from bert_jax.training.checkpoints import read_params
 from bert_jax.training.metric_writer import read_metrics
-from input_pipeline.dataset import make_pretraining_dataset
+from input_pipeline.pretraining.dataset import make_pretraining_dataset
 
 ROWS, K = 4, 3
 # Text input (the fixture's shards hold near-full examples of 32 tokens: nothing to pack), built

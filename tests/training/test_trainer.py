@@ -86,7 +86,7 @@ def test_rng_impl_picks_the_dropout_prng(straight_run, tmp_path, tiny_config):
 
 
 def test_nan_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch, tiny_config):
-    from input_pipeline.synthetic import SyntheticBatches
+    from input_pipeline.pretraining.synthetic import SyntheticBatches
 
     original = SyntheticBatches.__next__
 
@@ -103,7 +103,7 @@ def test_nan_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch, tiny_co
 
 
 def test_sigterm_saves_and_exits(tmp_path, monkeypatch, tiny_config):
-    from input_pipeline.synthetic import SyntheticBatches
+    from input_pipeline.pretraining.synthetic import SyntheticBatches
 
     original = SyntheticBatches.__next__
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from input_pipeline.tokenizers import WordPieceTokenizer
+from input_pipeline.tokenizers.wordpiece import WordPieceTokenizer
 
 GLUE_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "?", "the", "a", "plane", "is", "taking",
               "off", "air", "an", "##s"] + [f"w{i}" for i in range(40)] + [f"v{i}" for i in range(40)]

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from input_pipeline.tasks.ner import NerExample, NerTask
-from input_pipeline.tokenizers import WordPieceTokenizer
+from input_pipeline.tokenizers.wordpiece import WordPieceTokenizer
 
 
 def test_featurize_first_subtoken_labels(ner_tok, ner_ids):

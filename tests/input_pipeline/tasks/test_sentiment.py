@@ -37,7 +37,7 @@ def vocab(tmp_path):
     words = ["the", "movie", "a", "film", "good", "fun", "awful", "dull", "delight", "##s", "not"]
     path = tmp_path / "vocab.txt"
     path.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", *words]) + "\n")
-    from input_pipeline.tokenizer_factory import load_tokenizer
+    from input_pipeline.tokenizers.factory import load_tokenizer
 
     return load_tokenizer(str(path))
 

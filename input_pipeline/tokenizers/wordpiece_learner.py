@@ -21,14 +21,14 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from input_pipeline.vocab import SPECIAL_TOKENS
+from input_pipeline.tokenizers.vocab import SPECIAL_TOKENS
 
 
 def count_words(sentences: Iterable[str], lower_case: bool) -> dict[str, int]:
     """Word → count over ``sentences`` (iterated once), split as `WordPieceTokenizer` splits."""
     import tensorflow as tf
 
-    from input_pipeline.tokenizers import WordPieceTokenizer
+    from input_pipeline.tokenizers.wordpiece import WordPieceTokenizer
 
     # The tokenizer's own word splitter; its vocabulary (the specials) plays no part in it.
     with tempfile.TemporaryDirectory() as tmp:

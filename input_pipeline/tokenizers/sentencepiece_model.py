@@ -26,7 +26,7 @@ import tensorflow_text as tf_text
 from sentencepiece import SentencePieceProcessor
 from sentencepiece import sentencepiece_model_pb2 as model_pb2
 
-from input_pipeline.vocab import SPECIAL_TOKENS, VocabError, load_vocab, tokens_of
+from input_pipeline.tokenizers.vocab import SPECIAL_TOKENS, VocabError, load_vocab, tokens_of
 
 __all__ = ["SentencePieceTokenizer", "WORD_START"]
 

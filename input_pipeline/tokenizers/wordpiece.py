@@ -34,8 +34,8 @@ import unicodedata
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from input_pipeline.vocab import VocabError, infer_lower_case, special_token_ids, tokens_of
-from input_pipeline.vocab import load_vocab as load_vocab
+from input_pipeline.tokenizers.vocab import VocabError, infer_lower_case, special_token_ids, tokens_of
+from input_pipeline.tokenizers.vocab import load_vocab as load_vocab
 
 __all__ = ["VocabError", "WordPieceTokenizer", "load_vocab"]
 

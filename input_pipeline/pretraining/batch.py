@@ -1,6 +1,6 @@
 """The pre-training batch: its keys, shapes and dtypes, defined once.
 
-Every producer (TFRecord parsing in `input_pipeline.pretraining`, dynamic masking, packing, the
+Every producer (TFRecord parsing in `input_pipeline.pretraining.featurize`, dynamic masking, packing, the
 synthetic batches, unpadding) and every consumer (the training step, the benchmark, ahead-of-time
 compilation) speaks this layout. Shapes are symbolic: ``batch`` rows of ``length`` tokens,
 ``predictions`` masked-LM slots per row, ``slots`` examples per packed row, and for unpadded steps

@@ -1,6 +1,6 @@
 """Sequence packing: several pre-training examples in one row, so no FLOPs go to padding.
 
-`pack_examples` takes a batch of padded examples (`input_pipeline.batch` keys, each row one example with its
+`pack_examples` takes a batch of padded examples (`input_pipeline.pretraining.batch` keys, each row one example with its
 own [CLS] ... [SEP]) and places them, first fit in order, into ``num_rows`` rows of the same
 length. The packed batch adds what the model needs to keep the examples apart
 (`bert_jax.model.models.BertForPreTraining` with ``example_ids`` and ``cls_positions``: attention only
@@ -88,7 +88,7 @@ def pack_examples(batch: dict[str, np.ndarray], num_rows: int, *, max_examples: 
 
 class PackedBatches:
     """Packed batches of ``rows`` rows from an iterator of padded example batches (e.g.
-    `input_pipeline.synthetic.SyntheticBatches` of ``rows * max_examples`` examples): each packed
+    `input_pipeline.pretraining.synthetic.SyntheticBatches` of ``rows * max_examples`` examples): each packed
     batch is made from one example batch, whatever does not fit is dropped. For benchmarks and
     tests; it has no ``state()``/``restore()`` for exact resumption."""
 
@@ -107,7 +107,7 @@ class PackedBatches:
 
 class PackedPretrainingData:
     """Batches of ``rows`` packed rows (up to ``max_examples`` examples each) from the example
-    stream of an `input_pipeline.dataset.PretrainingData` (its `chunks`), with ``state()`` /
+    stream of an `input_pipeline.pretraining.dataset.PretrainingData` (its `chunks`), with ``state()`` /
     ``restore(state)``: the position is (epoch, index of the first example not yet in a batch).
     Each batch packs a prefix of the examples not yet used, so none is skipped or seen twice."""
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from input_pipeline.bpe_tokenizer import MERGES_TXT, VOCAB_JSON, RobertaBPETokenizer
-from input_pipeline.sentencepiece_tokenizer import SentencePieceTokenizer
-from input_pipeline.tokenizers import WordPieceTokenizer
-from input_pipeline.vocab import VocabError
+from input_pipeline.tokenizers.bpe import MERGES_TXT, VOCAB_JSON, RobertaBPETokenizer
+from input_pipeline.tokenizers.sentencepiece_model import SentencePieceTokenizer
+from input_pipeline.tokenizers.vocab import VocabError
+from input_pipeline.tokenizers.wordpiece import WordPieceTokenizer
 
 Tokenizer = WordPieceTokenizer | SentencePieceTokenizer | RobertaBPETokenizer
 SPM_MODEL = "spm.model"

@@ -17,7 +17,7 @@ from e, and dynamic masks use ``masking.example_seed(seed, e, i)``.
 The position is (epoch, batches consumed), so ``restore(state())`` replays exactly the batches an
 uninterrupted run would see (by skipping, before parsing and masking, the records already used).
 With ``config.data.pack_examples`` K > 0 the masked examples are packed, up to K per row
-(`input_pipeline.packing.PackedPretrainingData`; the position is then the next example).
+(`input_pipeline.pretraining.packing.PackedPretrainingData`; the position is then the next example).
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ import logging
 import numpy as np
 import tensorflow as tf
 
-from input_pipeline import masking, pretraining, sources
+from input_pipeline.corpora import sources
 from input_pipeline.package_data import resolve
+from input_pipeline.pretraining import featurize, masking
 
 log = logging.getLogger(__name__)
 RECORD_SUFFIXES = (".tfrecord", ".tfrecord.gz", ".tfrecords")
@@ -54,7 +55,8 @@ def _record_files(spec: str) -> list[str] | None:
 
 
 class PretrainingData:
-    """An iterator of numpy batches (the `input_pipeline.batch` layout) with ``state()`` / ``restore(state)``.
+    """An iterator of numpy batches (the `input_pipeline.pretraining.batch` layout) with ``state()`` /
+    ``restore(state)``.
 
     One tf.data iterator runs through ``EPOCHS_PER_ITERATOR`` epochs (each batch carries its
     epoch): building an iterator traces and optimises the masking graph, ~2 s on 2 cores, which
@@ -121,7 +123,7 @@ class PretrainingData:
     def chunks(self, epoch: int, skip_examples: int):
         """Every example from (epoch, skip_examples) on, epoch after epoch, none dropped: yields
         (epoch, index [n] int64, features {key: [n, ...]}) with n <= batch_size (an epoch's last
-        chunk may be short). For `input_pipeline.packing.PackedPretrainingData`."""
+        chunk may be short). For `input_pipeline.pretraining.packing.PackedPretrainingData`."""
         size = self.batch_size * self.block[1]
         while True:
             found = False
@@ -170,8 +172,8 @@ def _in_memory_examples(spec: str, tokenizer, d, split: str, objective: str) -> 
     if d.eval_fraction and not d.eval_input:
         every = max(int(round(1 / d.eval_fraction)), 2)
         docs = [doc for i, doc in enumerate(docs) if (i % every == 0) == (split == "eval")]
-    tokenized = list(pretraining.tokenize_documents(docs, tokenizer))
-    return pretraining.build_examples(tokenized, tokenizer, objective=objective,
+    tokenized = list(featurize.tokenize_documents(docs, tokenizer))
+    return featurize.build_examples(tokenized, tokenizer, objective=objective,
                                       packing=d.packing, max_seq_length=d.max_seq_length,
                                       short_seq_prob=d.short_seq_prob, seed=d.seed + (1 if split == "eval" else 0))
 
@@ -180,7 +182,7 @@ def make_pretraining_dataset(config, *, split: str = "train", batch_size: int, p
                              process_count: int = 1):
     """This process's batches of ``batch_size`` rows: a `PretrainingData`, or with
     ``config.data.pack_examples`` K > 0 a `PackedPretrainingData` (up to K examples per row)."""
-    from input_pipeline.tokenizer_factory import load_tokenizer
+    from input_pipeline.tokenizers.factory import load_tokenizer
 
     d = config.data
     spec = d.eval_input if split == "eval" and d.eval_input else d.input
@@ -194,7 +196,7 @@ def make_pretraining_dataset(config, *, split: str = "train", batch_size: int, p
     tokenizer = load_tokenizer(resolve(d.vocab))
     mask_cfg = None
     if d.masking == "dynamic":
-        mask_cfg = pretraining.masking_config(tokenizer, masked_lm_prob=d.masked_lm_prob,
+        mask_cfg = featurize.masking_config(tokenizer, masked_lm_prob=d.masked_lm_prob,
                                               max_predictions_per_seq=d.max_predictions_per_seq,
                                               whole_word=d.whole_word_mask, ngram=ngram)
     elif d.masking != "static":
@@ -218,7 +220,7 @@ def make_pretraining_dataset(config, *, split: str = "train", batch_size: int, p
             return tf.data.TFRecordDataset(tf.gather(tf.constant(mine), order), compression_type=compression)
 
         def parse(records):  # [batch] serialized tf.train.Example
-            return pretraining.parse_examples(records, d.max_seq_length, p)
+            return featurize.parse_examples(records, d.max_seq_length, p)
     else:
         if d.masking == "static":
             log.info("static masking of text input: examples are masked once, with epoch-0 seeds")
@@ -229,10 +231,10 @@ def make_pretraining_dataset(config, *, split: str = "train", batch_size: int, p
             raise ValueError(f"{spec}: {len(rows['input_ids'])} {split} examples, fewer than one batch of "
                              f"{batch_size * process_count} (config.batch_size)")
         if d.masking == "static":
-            cfg = pretraining.masking_config(tokenizer, masked_lm_prob=d.masked_lm_prob,
+            cfg = featurize.masking_config(tokenizer, masked_lm_prob=d.masked_lm_prob,
                                              max_predictions_per_seq=d.max_predictions_per_seq,
                                              whole_word=d.whole_word_mask, ngram=ngram)
-            rows = pretraining.mask_features(rows, tokenizer, cfg, seed=seed)
+            rows = featurize.mask_features(rows, tokenizer, cfg, seed=seed)
 
         def make_epoch(epoch: tf.Tensor) -> tf.data.Dataset:
             return tf.data.Dataset.from_tensor_slices(rows)
@@ -241,7 +243,7 @@ def make_pretraining_dataset(config, *, split: str = "train", batch_size: int, p
                            continuation=tokenizer.is_continuation, seed=seed, shuffle_buffer=d.shuffle_buffer,
                            block=(0, 1) if files is not None else (process_index, process_count))
     if d.get("pack_examples", 0):  # K examples per row at most: rows of examples, not padding
-        from input_pipeline.packing import PackedPretrainingData
+        from input_pipeline.pretraining.packing import PackedPretrainingData
 
         return PackedPretrainingData(data, batch_size, max_examples=d.pack_examples)
     return data

@@ -15,8 +15,10 @@ import glob
 import os
 import random
 
-from input_pipeline import examples, hide_accelerators_from_tf, pretraining, sources
-from input_pipeline.tokenizers import WordPieceTokenizer
+from input_pipeline import hide_accelerators_from_tf
+from input_pipeline.corpora import sources
+from input_pipeline.pretraining import examples, featurize
+from input_pipeline.tokenizers.wordpiece import WordPieceTokenizer
 
 PREFIX = "pretrain"
 COMPRESSIONS = {"none": (None, ".tfrecord"), "gzip": ("GZIP", ".tfrecord.gz")}
@@ -111,7 +113,7 @@ def read_unit(job: ShardingJob, unit: int, tokenizer, notify) -> dict:
         docs = (d for _, d in zip(range(s.max_documents_per_file), docs, strict=False))
     spills, counts, seen = {}, collections.Counter(), 0
     try:
-        for j, doc in enumerate(pretraining.tokenize_documents(docs, tokenizer)):
+        for j, doc in enumerate(featurize.tokenize_documents(docs, tokenizer)):
             seen = j + 1
             if seen % 64 == 0:
                 notify(64)
@@ -121,7 +123,7 @@ def read_unit(job: ShardingJob, unit: int, tokenizer, notify) -> dict:
             shard = route(unit, j, len(job.units), s.num_shards)
             if shard not in spills:
                 spills[shard] = open(_spill_path(job, shard, unit), "wb")  # noqa: SIM115
-            pretraining.spill_document(spills[shard], doc)
+            featurize.spill_document(spills[shard], doc)
             counts["sentences"] += len(doc)
         notify(seen % 64)
     finally:
@@ -134,19 +136,19 @@ def write_shard(job: ShardingJob, shard: int, tokenizer, notify) -> dict:
     """Stage 2: one shard's documents → instances → (masks) → a complete TFRecord file."""
     s = job.settings
     spilled = glob.glob(os.path.join(job.spill_dir, f"s{shard:05d}-u*.bin"))
-    documents = pretraining.read_spilled(sorted(spilled))
+    documents = featurize.read_spilled(sorted(spilled))
     rng = random.Random(shard_seed(s.random_seed, shard))
-    feats = pretraining.build_examples(
+    feats = featurize.build_examples(
         documents, tokenizer, objective=s.objective, packing=s.packing,
         max_seq_length=s.max_seq_length, short_seq_prob=s.short_seq_prob,
         dupe_factor=s.dupe_factor, seed=rng)
     if s.masking == "static":
-        cfg = pretraining.masking_config(tokenizer, masked_lm_prob=s.masked_lm_prob,
+        cfg = featurize.masking_config(tokenizer, masked_lm_prob=s.masked_lm_prob,
                                          max_predictions_per_seq=s.max_predictions_per_seq,
                                          whole_word=s.whole_word_mask, ngram=s.ngram)
-        feats = pretraining.mask_features(feats, tokenizer, cfg, seed=s.random_seed, stream=shard)
-    pretraining.write_records(s.shard_path(job.output_dir, shard),
-                              pretraining.serialize_features(feats), COMPRESSIONS[s.compression][0])
+        feats = featurize.mask_features(feats, tokenizer, cfg, seed=s.random_seed, stream=shard)
+    featurize.write_records(s.shard_path(job.output_dir, shard),
+                              featurize.serialize_features(feats), COMPRESSIONS[s.compression][0])
     notify(0)
     return {
         "documents": len(documents),

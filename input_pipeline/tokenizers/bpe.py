@@ -25,7 +25,7 @@ import numpy as np
 import tensorflow as tf
 from tokenizers import AddedToken, ByteLevelBPETokenizer
 
-from input_pipeline.vocab import VocabError, tokens_of
+from input_pipeline.tokenizers.vocab import VocabError, tokens_of
 
 __all__ = ["MERGES_TXT", "RobertaBPETokenizer", "SPECIAL_TOKENS", "VOCAB_JSON", "WORD_START"]
 

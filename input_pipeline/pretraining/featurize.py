@@ -3,7 +3,7 @@
 * `tokenize_documents`: documents (lists of sentence strings) → lists of sentences of WordPiece
   ids, streamed through a tf.data pipeline that tokenizes batches of sentences in-graph.
 * `build_examples`: tokenized documents → padded numpy feature arrays (NSP, SOP or packed; the
-  construction itself is in `input_pipeline.examples`).
+  construction itself is in `input_pipeline.pretraining.examples`).
 * `mask_features`: static masking of those arrays with per-example seeds (`masking.mask_dataset`).
 * `serialize_example` / `feature_spec` / `parse_examples`: ``tf.train.Example`` records with the
   feature names, types and shapes Google's create_pretraining_data.py writes, so either tool's
@@ -23,8 +23,8 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.example import example_pb2
 
-from input_pipeline import examples, masking
-from input_pipeline.batch import FLOAT_KEYS, MASKED_KEYS
+from input_pipeline.pretraining import examples, masking
+from input_pipeline.pretraining.batch import FLOAT_KEYS, MASKED_KEYS
 
 
 def tokenize_documents(documents: Iterable[list[str]], tokenizer, *, batch_size: int = 1024,
@@ -240,7 +240,7 @@ def feature_spec(max_seq_length: int, max_predictions_per_seq: int | None = None
 
 def parse_examples(serialized, max_seq_length: int,
                    max_predictions_per_seq: int | None = None) -> dict:
-    """Serialized examples ([B] or a scalar) → the batch layout of `input_pipeline.batch`: int32
+    """Serialized examples ([B] or a scalar) → the batch layout of `input_pipeline.pretraining.batch`: int32
     (float32 weights) [B, L] / [B, P], ``next_sentence_labels`` [B] (a scalar for a single example).
     Works eagerly and in ``tf.data.Dataset.map`` (after ``.batch`` for speed)."""
     serialized = tf.convert_to_tensor(serialized, tf.string)

@@ -34,7 +34,7 @@ Deliberate deviations from the original (documented so nobody "fixes" them back)
 
 All randomness comes from one `tf.random.stateless_uniform` draw per explicit seed of shape [2], so
 eager and graph results are identical. No per-token Python, no `tf.py_function`. Which candidates
-are chosen (token by token, whole words or n-grams) is `input_pipeline.mask_selection`.
+are chosen (token by token, whole words or n-grams) is `input_pipeline.pretraining.mask_selection`.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import tensorflow as tf
 
-from input_pipeline.mask_selection import select_ngrams, select_tokens, select_whole_words
+from input_pipeline.pretraining.mask_selection import select_ngrams, select_tokens, select_whole_words
 
 _AUTOTUNE = tf.data.AUTOTUNE
 _UNROLL = 64  # per-row random draws unrolled in a graph at most this many at a time

@@ -28,8 +28,8 @@ from collections.abc import Iterator, Sequence
 
 import tensorflow as tf
 
-from input_pipeline import wikipedia
-from input_pipeline.sentences import split_sentences
+from input_pipeline.corpora import wikipedia
+from input_pipeline.corpora.sentences import split_sentences
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,8 @@ import numpy as np
 
 
 class SyntheticBatches:
-    """An iterator of pre-training batches (`input_pipeline.batch` layout): random tokens, 15% masked positions."""
+    """An iterator of pre-training batches (`input_pipeline.pretraining.batch` layout): random
+    tokens, 15% masked positions."""
 
     def __init__(self, *, batch_size: int, seq_len: int, max_predictions: int, vocab_size: int,
                  seed: int = 0, first_id: int = 5, short_seq_prob: float | None = None):

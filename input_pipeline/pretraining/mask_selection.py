@@ -1,6 +1,6 @@
 """Which tokens masked-LM masking chooses: ``n`` random candidates per row, one by one, as whole
 words (Google's greedy loop, vectorised) or as n-grams of whole words (ALBERT's loop, one word per
-step). `input_pipeline.masking` draws the random numbers and decides what each chosen token becomes."""
+step). `input_pipeline.pretraining.masking` draws the random numbers and decides what each chosen token becomes."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Prose → sentences with a few regex rules (no trained model, no nltk): `split_sentences`, which
-`input_pipeline.sources` applies to one-document-per-line text, TFDS documents and the paragraphs
+`input_pipeline.corpora.sources` applies to one-document-per-line text, TFDS documents and the paragraphs
 of Wikipedia articles."""
 
 from __future__ import annotations
