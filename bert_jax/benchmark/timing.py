@@ -20,7 +20,7 @@ from bert_jax.benchmark import params as paper_params
 from bert_jax.benchmark.flops import device_peak, formula, model_flops
 from bert_jax.benchmark.memory import GIB, memory_report
 from bert_jax.config_args import load_config_file
-from bert_jax.resolve import resolve
+from bert_jax.training import job
 from bert_jax.training import sharding as sh
 from bert_jax.training.trainer import build_steps, model_config
 from input_pipeline.pretraining.packing import PackedBatches
@@ -117,9 +117,8 @@ class Bench:
         return self._steps[batch_size]
 
     def resolved(self, config):
-        """``config`` resolved for this platform and mesh, as a job's is when it starts (`bert_jax.resolve`)."""
-        rules = tuple(tuple(r) for r in config.sharding_rules)
-        return resolve(config, jax.default_backend(), batch_shards=sh.batch_shards(self.mesh, rules))
+        """``config`` resolved for this platform and mesh, as a job's is when it starts."""
+        return job.resolved(config, self.mesh)
 
     def compile(self, batch_size: int):
         """(compiled step, lower seconds, compile seconds), from shapes only."""

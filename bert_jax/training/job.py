@@ -102,16 +102,16 @@ class Job:
     preemption: Preemption
 
 
-def resolved(config):
+def resolved(config, mesh=None):
     """``config`` resolved for the platform JAX runs on (`bert_jax.resolve.resolve`), its
-    ``per_device_batch`` for the batch shards of its mesh."""
+    ``per_device_batch`` for the batch shards of ``mesh`` (default: the config's own mesh)."""
     from bert_jax.resolve import resolve
 
     shards = None
     if config.get("per_device_batch") == "auto":
         from bert_jax.training import sharding as sh
 
-        mesh = sh.make_mesh(tuple(config.mesh_shape))
+        mesh = sh.make_mesh(tuple(config.mesh_shape)) if mesh is None else mesh
         shards = sh.batch_shards(mesh, tuple(tuple(r) for r in config.sharding_rules))
     return resolve(config, jax.default_backend(), batch_shards=shards)
 
