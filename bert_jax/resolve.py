@@ -21,16 +21,11 @@ from __future__ import annotations
 
 import ml_collections
 
-from bert_jax.model.execution import (
-    platform_kind,
-    resolve_attention,
-    resolve_dropout,
-    resolve_dtype,
-    resolve_per_device_batch,
-    resolve_scan,
-)
+from bert_jax.model.config import BertConfig
+from bert_jax.model.execution import platform_kind, resolve_per_device_batch
 
 AUTO = "auto"
+EXECUTION_FIELDS = ("dtype", "scan_layers", "attention_impl", "dropout_impl")  # BertConfig.for_platform's
 
 
 def resolve(config: ml_collections.ConfigDict, platform: str, *, batch_shards: int | None = None
@@ -41,38 +36,21 @@ def resolve(config: ml_collections.ConfigDict, platform: str, *, batch_shards: i
     c = config.copy_and_resolve_references()
     model = c.get("model")
     if model is not None:
+        # The model the job will build (its size's table with the config's fields on top), resolved
+        # by BertConfig itself: a shared block, the head width and the dtype count as they will.
+        given = {k: v for k, v in model.items() if k != "size" and v is not None}
+        cfg = BertConfig.from_size(model.get("size", "base"), **given).for_platform(platform)
         with model.unlocked():
-            dtype = resolve_dtype(model.get("dtype", "float32"), platform)
-            if "dtype" in model:
-                model.dtype = dtype
-            if "scan_layers" in model:
-                scan = model.scan_layers
-                scan = scan.lower() == "true" if isinstance(scan, str) and scan.lower() in ("true", "false") else scan
-                model.scan_layers = str(resolve_scan(scan, platform, shared=bool(model.get("share_layers")))).lower()
-            if "attention_impl" in model:
-                head_dim = _head_dim(model)
-                model.attention_impl = resolve_attention(model.attention_impl, platform, dtype=dtype, head_dim=head_dim)
-            if "dropout_impl" in model:
-                model.dropout_impl = resolve_dropout(model.dropout_impl, platform)
+            for key in EXECUTION_FIELDS:
+                if key in model:
+                    value = getattr(cfg, key)
+                    model[key] = str(value).lower() if isinstance(value, bool) else value  # scan: "true" | "false"
     if c.get("per_device_batch") == AUTO:
         c.per_device_batch = str(_per_device_batch(c, platform, batch_shards))
     left = auto_keys(c)
     if left:
         raise ValueError(f"config keys {left} are still 'auto' after resolving for {platform!r}")
     return c
-
-
-def _head_dim(model) -> int:
-    """The head width the config's model will have (its size's, unless overridden)."""
-    from bert_jax.model.config import FAMILY_SIZES, SIZES
-
-    size = model.get("size")
-    hidden, heads = model.get("hidden_size"), model.get("num_heads")
-    if size in SIZES:
-        hidden, heads = hidden or SIZES[size][1], heads or SIZES[size][2]
-    elif size in FAMILY_SIZES:
-        hidden, heads = hidden or FAMILY_SIZES[size]["hidden_size"], heads or FAMILY_SIZES[size]["num_heads"]
-    return (hidden or 768) // (heads or 12)
 
 
 def _per_device_batch(c, platform: str, batch_shards: int | None) -> int:

@@ -15,7 +15,6 @@ from typing import Any, Literal
 import jax.numpy as jnp
 
 from bert_jax.model.execution import (
-    ATTENTION_IMPLS,
     DROPOUT_IMPLS,
     resolve_attention,
     resolve_dropout,
@@ -126,7 +125,6 @@ class BertConfig:
             "attention_dropout_prob": 0.0 <= self.attention_dropout_prob < 1.0,
             "hidden_act": self.hidden_act in ("gelu", "gelu_new", "gelu_tanh", "relu"),
             "dropout_impl": self.dropout_impl in DROPOUT_IMPLS,
-            "attention_impl": self.attention_impl in ATTENTION_IMPLS,
             "scan_layers": isinstance(self.scan_layers, bool) or self.scan_layers == "auto",
             "classifier_pooling": self.classifier_pooling in CLASSIFIER_POOLINGS,
         }
@@ -137,6 +135,7 @@ class BertConfig:
                 "(hidden_size must be divisible by num_heads; probabilities in [0, 1))"
             )
         jnp.dtype(resolve_dtype(self.dtype, "cpu")), jnp.dtype(self.param_dtype)  # raise early on an unknown dtype
+        resolve_attention(self.attention_impl, "cpu")  # and on an unknown attention_impl, naming the choices
 
     @property
     def max_length(self) -> int:
