@@ -58,7 +58,7 @@ def main(config, workdir: str | Path) -> None:
     from bert_jax.training.job import Preemption
     from bert_jax.training.loop import TrainingDivergedError
 
-    preemption = Preemption(sigterm=not config.get("multihost", False))
+    preemption = Preemption(sigterm=not config.multihost)
     absl_logging.set_verbosity(absl_logging.INFO)
     absl_logging.get_absl_handler().addFilter(lambda r: r.levelno >= logging.WARNING or "orbax" not in r.pathname)
     try:

@@ -38,24 +38,35 @@ def resolve(config: ml_collections.ConfigDict, platform: str, *, batch_shards: i
     if model is not None:
         # The model the job will build (its size's table with the config's fields on top), resolved
         # by BertConfig itself: a shared block, the head width and the dtype count as they will.
-        given = {k: v for k, v in model.items() if k != "size" and v is not None}
-        cfg = BertConfig.from_size(model.get("size", "base"), **given).for_platform(platform)
+        cfg = described_model(model).for_platform(platform)
         with model.unlocked():
             for key in EXECUTION_FIELDS:
                 if key in model:
                     value = getattr(cfg, key)
                     model[key] = str(value).lower() if isinstance(value, bool) else value  # scan: "true" | "false"
-    if c.get("per_device_batch") == AUTO:
-        c.per_device_batch = str(_per_device_batch(c, platform, batch_shards))
+    if "per_device_batch" in c:  # "auto" or a number (a digit string from a flag counts)
+        value = c.per_device_batch
+        rows = _per_device_batch(c, platform, batch_shards) if value == AUTO else \
+            resolve_per_device_batch(value, platform, rows=0)
+        with c.unlocked():  # the field may hold a string ("auto"): replaced by its number
+            del c["per_device_batch"]
+            c.per_device_batch = rows
     left = auto_keys(c)
     if left:
         raise ValueError(f"config keys {left} are still 'auto' after resolving for {platform!r}")
     return c
 
 
+def described_model(model: ml_collections.ConfigDict, **fields) -> BertConfig:
+    """The `BertConfig` a job config's ``model`` section describes: its ``size``'s table with the
+    section's other fields on top (None keeps the table's value), then ``fields``."""
+    given = {k: v for k, v in model.items() if k != "size" and v is not None}
+    return BertConfig.from_size(model["size"], **{**given, **fields})
+
+
 def _per_device_batch(c, platform: str, batch_shards: int | None) -> int:
-    if c.get("optimizer", {}).get("accumulation_steps", 1) != 1 or c.get("unpad_multiple", 0):
-        return 0  # the accumulation (or unpadding's blocks) is chosen another way
+    if c.unpad_multiple:
+        return 0  # unpadding's blocks take the whole batch
     if platform_kind(platform) != "cpu":
         return resolve_per_device_batch(AUTO, platform, rows=c.batch_size)  # the whole batch: 0
     if batch_shards is None:

@@ -159,10 +159,11 @@ def get_config(arg=None):
         shuffle_buffer=10_000, seed=0))
 
     c.batch_size = 256  # global, across all devices and hosts
-    # Rows per batch shard in one micro-batch ("N"; the step accumulates batch_size / (N x shards)
-    # of them, each loss divided by the whole batch's counts); "0": none; "auto": 8 rows on the CPU,
-    # where that measured faster, none on GPU/TPU (resolved when the job starts).
-    c.per_device_batch = str(args.per_device) if args.per_device else "auto"
+    # The one micro-batch knob: rows per batch shard in one micro-batch (N: the step accumulates
+    # batch_size / (N x shards) of them, each loss divided by the whole batch's counts, so one recipe
+    # runs on any slice); 0: the whole batch at once; "auto": 8 rows on the CPU, where that measured
+    # faster, 0 on GPU/TPU (resolved to a number when the job starts). A number or "auto".
+    c.per_device_batch = config_dict.FieldReference(args.per_device or "auto", field_type=object)
     c.num_train_steps = PAPER_STEPS if long else PHASE1_STEPS
     c.init_checkpoint = ""  # phase 2: phase 1's workdir
     # What init_checkpoint carries over: "state" (the paper's phase 2 continues phase 1's schedule)
@@ -173,7 +174,7 @@ def get_config(arg=None):
     c.optimizer = ml_collections.ConfigDict(dict(
         optimizer="adamw_bert", learning_rate=1e-4, warmup_steps=10_000, num_train_steps=PAPER_STEPS,
         weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-6, clip_norm=1.0, bias_correction=False,
-        schedule="bert", decay_power=1.0, accumulation_steps=1))
+        schedule="bert", decay_power=1.0))
 
     c.mesh_shape = (-1, 1, 1)  # (data, fsdp, tensor); e.g. (-1, 8, 1) for FSDP on a pod slice
     c.sharding_rules = DEFAULT_RULES  # logical axis -> mesh axes (bert_jax/training/sharding.py)
@@ -257,13 +258,13 @@ def lamb(c, args):
     the Wikipedia excerpt, batch 128 as 4 micro-batches of 32 on one CPU, 40 steps."""
     p = LAMB_PHASES[args.phase]
     c.batch_size, c.num_train_steps = p["batch"], p["steps"]
-    c.per_device_batch = str(args.per_device or p["per_device"])
+    c.per_device_batch = args.per_device or p["per_device"]
     c.init_mode = "params" if args.phase == 2 else "state"
     c.optimizer.update(optimizer="lamb", learning_rate=p["lr"], weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-6,
                        clip_norm=1.0, bias_correction=True, schedule="bert", decay_power=0.5)
     if args.runlocal:
         c.batch_size, c.num_train_steps = 128, 40
-        c.per_device_batch = str(args.per_device or 32)
+        c.per_device_batch = args.per_device or 32
     # Warmup and decay follow num_train_steps (--config.num_train_steps=N keeps the phase's shape).
     steps = c.get_ref("num_train_steps")
     c.optimizer.num_train_steps = steps

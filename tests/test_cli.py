@@ -91,7 +91,28 @@ def test_the_table_has_every_entry_point():
     assert found == set(CLIS)
 
 
-@pytest.mark.parametrize("name", sorted(CLIS))
+# The entry points whose ``main`` takes its argv (argparse; serve's reads sys.argv): the fast suite
+# runs them in this process (~1 s each instead of ~10 s for a new Python importing TensorFlow and
+# JAX); absl's tools, and one argparse tool, start their own process there, every tool in the slow suite.
+IN_PROCESS = {
+    "bert_jax.benchmark": "bert_jax.benchmark.command", "bert_jax.benchmark.aot": "bert_jax.benchmark.aot",
+    "bert_jax.benchmark.aot_estimate": "bert_jax.benchmark.aot_estimate",
+    "bert_jax.benchmark.finetune": "bert_jax.benchmark.finetune",
+    "bert_jax.benchmark.processes": "bert_jax.benchmark.processes",
+    "bert_jax.benchmark.pipeline": "bert_jax.benchmark.pipeline",
+    "bert_jax.finetuning.probe": "bert_jax.finetuning.probe",
+    "bert_jax.visualize": "bert_jax.visualize.command", "bert_jax.serve": "bert_jax.serve.__main__",
+    "bert_jax.demo": "bert_jax.demo.pipeline",
+}
+SUBPROCESS_FAST = {"train.py", "bert_jax.interop.extract_features", "input_pipeline.build_vocab",
+                   "input_pipeline.create_pretraining_data", "input_pipeline.tasks.squad_metrics"}
+
+
+def _per_process(names):
+    return [name if name in SUBPROCESS_FAST else pytest.param(name, marks=pytest.mark.slow) for name in names]
+
+
+@pytest.mark.parametrize("name", _per_process(sorted(CLIS)))
 def test_help(name):
     result = _run(name, ["--help"])
     assert result.returncode == 0, result.stderr[-2000:]
@@ -99,13 +120,46 @@ def test_help(name):
         assert flag in result.stdout, (flag, result.stdout)
 
 
-@pytest.mark.parametrize("name", sorted(CLIS))
+@pytest.mark.parametrize("name", _per_process(sorted(CLIS)))
 def test_user_error_is_one_line_with_status_2(name, tmp_path):
     _, _, argv, names = CLIS[name]
     result = _run(name, [a.format(tmp=tmp_path) for a in argv])
     assert result.returncode == 2, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
     (line,) = _our_lines(result.stderr)
+    assert line.startswith("error: ") and names.format(tmp=tmp_path) in line, line
+
+
+def _in_process(name, argv, monkeypatch) -> int:
+    """Runs entry point ``name`` with ``argv`` here, as its ``python -m`` would (`cli.run`); its status."""
+    module = importlib.import_module(IN_PROCESS[name])
+    monkeypatch.delenv(cli.DEBUG_ENV, raising=False)
+    monkeypatch.setattr(sys, "argv", [name, *argv])
+    main = module.main if name == "bert_jax.serve" else lambda: module.main(argv)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.run(main)
+    return exit_info.value.code
+
+
+def test_every_argparse_entry_point_runs_in_process():
+    assert set(IN_PROCESS) | SUBPROCESS_FAST == set(CLIS)
+
+
+@pytest.mark.parametrize("name", sorted(IN_PROCESS))
+def test_help_in_process(name, capsys, monkeypatch):
+    assert _in_process(name, ["--help"], monkeypatch) == 0
+    out = capsys.readouterr().out
+    for flag in CLIS[name][1]:
+        assert flag in out, (flag, out)
+
+
+@pytest.mark.parametrize("name", sorted(IN_PROCESS))
+def test_user_error_in_process(name, tmp_path, capsys, monkeypatch):
+    _, _, argv, names = CLIS[name]
+    assert _in_process(name, [a.format(tmp=tmp_path) for a in argv], monkeypatch) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    (line,) = _our_lines(err)
     assert line.startswith("error: ") and names.format(tmp=tmp_path) in line, line
 
 

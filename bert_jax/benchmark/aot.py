@@ -91,7 +91,7 @@ def compile_step(config, devices, batch_size: int) -> dict:
         from bert_jax.training import trainer
         from input_pipeline.pretraining.batch import shapes as batch_shapes
 
-        if config.data.get("pack_examples") or config.get("unpad_multiple"):
+        if config.data.pack_examples or config.unpad_multiple:
             raise ValueError("the AOT tool compiles padded, unpacked batches: set --config.data.pack_examples=0 "
                              "--config.unpad_multiple=0")
         cfg = trainer.model_config(config, config.model.get("vocab_size") or 30522)
@@ -99,7 +99,7 @@ def compile_step(config, devices, batch_size: int) -> dict:
         length, predictions = config.data.max_seq_length, config.data.max_predictions_per_seq
         shapes = batch_shapes(batch_size, length, predictions)
     batch = {k: jax.ShapeDtypeStruct(s, d, sharding=steps.batch_sharding) for k, (s, d) in shapes.items()}
-    rng = jax.eval_shape(lambda: jax.random.key(0, impl=config.get("rng_impl", "threefry2x32")))
+    rng = jax.eval_shape(lambda: jax.random.key(0, impl=config.rng_impl))
     start = time.perf_counter()
     fraction = config.electra.generator_fraction if "electra" in config else None
     flops = model_flops(cfg, config.objective, batch_size, length, predictions, None, fraction) if predictions else None

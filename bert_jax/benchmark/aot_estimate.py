@@ -2,15 +2,15 @@ r"""Estimated step time, tokens/s and MFU of the training step on a TPU topology
 compiler's own cost analysis (no TPU needed; needs ``libtpu``, like `bert_jax.benchmark.aot`).
 
     python -m bert_jax.benchmark.aot_estimate --config configs/pretrain.py:size=large --topology v4-128 \
-        --config.model.dtype=bfloat16 [--config.batch_size=4096] [--config.optimizer.accumulation_steps=2] \
+        --config.model.dtype=bfloat16 [--config.batch_size=4096] [--config.per_device_batch=16] \
         [--steps 8599] [--output estimates.jsonl]
 
 What it compiles, for the config's step exactly as ``train.py`` builds it (`aot.compile_step`):
 
 1. the step as configured (layers scanned): the per-device memory and whether it fits;
-2. the step with 1 and with 2 unrolled layers, accumulation 1, at the micro-batch
-   (batch / ``accumulation_steps``): XLA's cost analysis counts the body of a loop once, so a scanned
-   stack (or the accumulation scan) would be counted as one layer (one micro-batch). Per-device
+2. the step with 1 and with 2 unrolled layers, accumulation 1, at the micro-batch (the batch
+   over the micro-batches ``per_device_batch`` gives): XLA's cost analysis counts the body of a
+   loop once, so a scanned stack (or the accumulation scan) would be counted as one layer (one micro-batch). Per-device
    FLOPs and HBM bytes are extrapolated linearly to L layers: ``c(L) = c(1) + (L - 1) (c(2) - c(1))``;
 3. the optimizer update alone on the full parameter tree (no loop in it, so counted exactly), so that
    an accumulated step is ``k · (micro-step − update) + update``.
@@ -85,9 +85,9 @@ def _with(config, **model):
     with c.unlocked():
         for k, v in model.items():  # scan_layers is a string in the configs ("auto" | "true" | "false")
             c.model[k] = str(v).lower() if isinstance(v, bool) and isinstance(c.model.get(k), str) else v
-        c.optimizer.accumulation_steps = 1
-        if "per_device_batch" in c:  # a string in configs/pretrain.py ("auto" | "N")
-            c.per_device_batch = "0" if isinstance(c.per_device_batch, str) else 0
+        if "per_device_batch" in c:  # the whole (micro-)batch at once
+            del c["per_device_batch"]
+            c.per_device_batch = 0
     return c
 
 
@@ -96,16 +96,12 @@ def _progress(what: str, r: dict) -> None:
 
 
 def accumulation_steps(config, devices) -> int:
-    """Micro-batches per optimizer step, as the trainer chooses them (``per_device_batch`` or
-    ``optimizer.accumulation_steps``)."""
+    """Micro-batches per optimizer step, as the trainer chooses them (``per_device_batch``)."""
     from bert_jax.training import sharding as sh
     from bert_jax.training import trainer
 
-    choose = getattr(trainer, "accumulation_steps", None)  # the trainer's rule where it has one
-    if choose is None:
-        return config.optimizer.get("accumulation_steps", 1)
     rules = tuple(tuple(r) for r in config.sharding_rules)
-    return choose(config, sh.make_mesh(tuple(config.mesh_shape), devices), rules)
+    return trainer.accumulation_steps(config, sh.make_mesh(tuple(config.mesh_shape), devices), rules)
 
 
 def update_cost(config, devices) -> dict:
@@ -123,9 +119,7 @@ def update_cost(config, devices) -> dict:
     config = _with(config)
     cfg = trainer.model_config(config, config.model.get("vocab_size") or 30522)
     steps = trainer.build_steps(config, cfg, sh.make_mesh(tuple(config.mesh_shape), devices))
-    optimizer = config.optimizer.to_dict()
-    optimizer.pop("accumulation_steps", None)
-    tx, schedule = make_optimizer(optimizer)
+    tx, schedule = make_optimizer(config.optimizer.to_dict())
     fn = jax.jit(functools.partial(ts.apply_gradients, tx=tx, schedule=schedule, metrics={}),
                  in_shardings=(steps.layout.shardings, steps.layout.shardings.params), donate_argnums=0)
     target = steps.layout.target()

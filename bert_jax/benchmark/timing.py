@@ -65,7 +65,7 @@ class Bench:
         # The trainer's own step, optimizer and shardings (the state's layout does not depend on the batch).
         steps = build_steps(self.resolved(dict_with(config, per_device_batch="0")), self.cfg, self.mesh)
         self.layout, self.rules, self.batch_sh = steps.layout, steps.rules, steps.batch_sharding
-        self._steps: dict[int, object] = {}  # batch size -> its PretrainingSteps (micro-batches follow the batch)
+        self._steps: dict[int, object] = {}  # batch size -> its Steps (micro-batches follow the batch)
         self.rng, self.state = jax.random.key(0, impl=args.rng_impl), None
         self._host: tuple[int | None, list] = (None, [])  # (batch size, its host batches)
         self.compiler_options = {k: json.loads(v) if v[:1].isdigit() or v in ("true", "false") else v

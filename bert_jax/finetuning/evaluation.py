@@ -70,8 +70,8 @@ def evaluate_splits(task, params, data, eval_fn, config, mesh, rules, writer, st
             continue
         examples, feats = data[split]["examples"], data[split]["features"]
         outputs, sums = predict(eval_fn, params, feats, task.kind, config.eval_batch_size,
-                                config.length_multiple, mesh, rules, by_length=config.get("eval_by_length", False),
-                                unpad_multiple=config.get("unpad_multiple", 0))
+                                config.length_multiple, mesh, rules, by_length=config.eval_by_length,
+                                unpad_multiple=config.unpad_multiple)
         if split in task.eval_splits:
             metrics = {k: float(v) for k, v in task.evaluate(examples, feats, outputs).items()}
             metrics["loss"] = float(sums["loss_sum"] / max(sums["count"], 1e-9))

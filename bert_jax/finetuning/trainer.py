@@ -23,26 +23,26 @@ import functools
 import json
 import logging
 import math
-from collections.abc import Callable
 from pathlib import Path
 
 import jax
 import numpy as np
 from flax import nnx
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import Mesh
 
 from bert_jax.finetuning import evaluation as fe
 from bert_jax.finetuning import lengths
 from bert_jax.finetuning import steps as fs
 from bert_jax.model.config import BertConfig
+from bert_jax.resolve import described_model
 from bert_jax.training import sharding as sh
 from bert_jax.training.checkpoints import Checkpointer
 from bert_jax.training.job import Preemption, job
 from bert_jax.training.loop import train_loop
 from bert_jax.training.metric_writer import MetricWriter
-from bert_jax.training.optim import make_optimizer
 from bert_jax.training.progress import Progress
-from bert_jax.training.state import StateLayout, model_stacked_axes, state_layout
+from bert_jax.training.resume import resume
+from bert_jax.training.steps import Steps, jit_steps
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +50,10 @@ log = logging.getLogger(__name__)
 def model_config(config, warm, vocab_size: int, kind: str) -> BertConfig:
     """The checkpoint's shapes (or ``config.model.size`` from scratch) with the execution fields of
     ``config.model`` (dropout, dtype, scan, remat) replaced."""
-    overrides = {k: v for k, v in config.model.items() if k != "size" and v is not None}
     if warm is None:
-        cfg = BertConfig.from_size(config.model.size, **{**overrides, "vocab_size": vocab_size})
+        cfg = described_model(config.model, vocab_size=vocab_size)
     else:
+        overrides = {k: v for k, v in config.model.items() if k != "size" and v is not None}
         shape_fields = {"vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
                         "max_position_embeddings", "type_vocab_size"}
         cfg = dataclasses.replace(warm.config, **{k: v for k, v in overrides.items() if k not in shape_fields})
@@ -74,49 +74,24 @@ def train_batch(features: dict, step: int, batch_size: int, seed: int, length_mu
     return batch
 
 
-def _optimizer(config, steps: int, stacked: dict | None = None):
+def build_steps(config, cfg: BertConfig, kind: str, num_labels: int, total: int, mesh: Mesh) -> Steps:
+    """The task model and the paper's optimizer for ``total`` steps (warmup a fraction of them)
+    through the shared builder (`bert_jax.training.steps.jit_steps`): what `train_one` runs, and
+    what ahead-of-time compilation compiles."""
     opt = config.optimizer.to_dict()
-    warmup = int(round(opt.pop("warmup_fraction") * steps))
-    return make_optimizer({**opt, "warmup_steps": warmup, "num_train_steps": steps}, stacked=stacked)
-
-
-@dataclasses.dataclass(frozen=True)
-class FinetuningSteps:
-    """The fine-tuning step as the trainer runs it: jitted with explicit shardings, state donated."""
-
-    layout: StateLayout
-    train_fn: Callable  # (state, batch, rng) -> (state, metrics)
-    eval_fn: Callable  # (params, batch) -> (outputs, metric sums)
-    mesh: Mesh
-    rules: tuple
-    batch_sharding: NamedSharding
-
-
-def build_steps(config, cfg: BertConfig, kind: str, num_labels: int, total: int, mesh: Mesh) -> FinetuningSteps:
-    """The optimizer for ``total`` steps, the task model's state layout under ``config.sharding_rules``
-    and the jitted steps (what `train_one` runs, and what ahead-of-time compilation compiles)."""
-    make_model = functools.partial(fs.make_model, cfg, kind, num_labels)
-    tx, schedule = _optimizer(config, total, model_stacked_axes(make_model))
+    warmup = int(round(opt.pop("warmup_fraction") * total))
     rules = tuple(tuple(r) for r in config.sharding_rules)
-    layout = state_layout(make_model, tx, mesh, rules)
-    batch_sh = sh.batch_sharding(mesh, rules)
-    train_fn = jax.jit(functools.partial(fs.train_step, graphdef=layout.graphdef, tx=tx, schedule=schedule, kind=kind),
-                       in_shardings=(layout.shardings, batch_sh, None), out_shardings=(layout.shardings, None),
-                       donate_argnums=0)
-    eval_fn = jax.jit(functools.partial(fs.eval_step, graphdef=layout.graphdef, kind=kind),
-                      in_shardings=(layout.shardings.params, batch_sh))
-    return FinetuningSteps(layout, train_fn, eval_fn, mesh, rules, batch_sh)
+    return jit_steps(functools.partial(fs.make_model, cfg, kind, num_labels),
+                     {**opt, "warmup_steps": warmup, "num_train_steps": total}, mesh, rules,
+                     functools.partial(fs.train_step, kind=kind), functools.partial(fs.eval_step, kind=kind))
 
 
-def _initial_state(layout, ckpt: Checkpointer, workdir: Path, seed: int, warm, restore: str = "latest"):
+def _initial_state(layout, ckpt: Checkpointer, seed: int, warm, restore: str):
     """The run's checkpoint that ``restore`` names (default the newest; exact resume), else a new
     state whose encoder comes from the warm start (heads fresh), else a new state from scratch."""
-    step = ckpt.restore_step(restore)
-    if step is not None:
-        state, _ = ckpt.restore(layout.target(), step)
-        ckpt.set_aside_after(step)
-        log.info("resumed %s at step %d", workdir, int(state.step))
-        return state
+    resumed = resume(ckpt, layout, restore)
+    if resumed is not None:
+        return resumed[0]
     if warm is None:
         return layout.create(seed)
     model = nnx.jit(lambda: layout.make_model(seed))()
@@ -139,12 +114,12 @@ def train_one(config, workdir: Path, seed: int, task, cfg: BertConfig, warm, dat
     ckpt = Checkpointer(workdir, keep=config.keep_checkpoints)
     writer = MetricWriter(workdir, enabled=is_main)
     try:
-        state = _initial_state(layout, ckpt, workdir, seed, warm, config.get("restore", "latest"))
+        state = _initial_state(layout, ckpt, seed, warm, config.restore)
         start = int(state.step)
-        unpad = functools.partial(lengths.unpadded, multiple=config.get("unpad_multiple", 0),
+        unpad = functools.partial(lengths.unpadded, multiple=config.unpad_multiple,
                                   shards=sh.batch_shards(mesh, rules))  # blocks on the real tokens only
         batches = (sh.global_batch_from_host(unpad(train_batch(train, step, bs, seed, mult,
-                                                               config.get("length_groups", 0))), mesh, rules)
+                                                               config.length_groups)), mesh, rules)
                    for step in range(start, total))
 
         def after_step(state, step: int) -> None:
@@ -152,7 +127,7 @@ def train_one(config, workdir: Path, seed: int, task, cfg: BertConfig, warm, dat
                 fe.evaluate_splits(task, state.params, data, eval_fn, config, mesh, rules, writer, step, None)
 
         result = train_loop(
-            state, train_fn, batches, jax.random.key(seed, impl=config.get("rng_impl", "threefry2x32")),
+            state, train_fn, batches, jax.random.key(seed, impl=config.rng_impl),
             total=total, ckpt=ckpt, writer=writer,
             progress=Progress(start, total, bs, enabled=is_main and config.progress),
             log_every=config.log_every, checkpoint_every=config.checkpoint_every,

@@ -21,11 +21,22 @@ HEADS = "heads"  # attention heads
 KV = "kv"  # per-head width
 MLP = "mlp"  # feed-forward intermediate width
 LAYERS = "layers"  # the stacked-layer axis added by the encoder's vmap
-# Activation axes.
+# Input axes (the batches the host feeds).
 BATCH = "batch"
 LENGTH = "length"
+# Activation axes (MaxText's names): their own rules, so that how an activation is split is chosen
+# apart from how the weights are (`bert_jax.model.activation_sharding`). An unpadded block's
+# [shards, tokens] axes count as batch and length.
+ACT_BATCH = "activation_batch"
+ACT_LENGTH = "activation_length"
+ACT_EMBED = "activation_embed"  # the residual stream's width
+ACT_HEADS = "activation_heads"
+ACT_KV = "activation_kv"
+ACT_MLP = "activation_mlp"  # the feed-forward intermediate's width
+ACT_VOCAB = "activation_vocab"  # MLM logits
 
-LOGICAL_AXES = (VOCAB, EMBED, HEADS, KV, MLP, LAYERS, BATCH, LENGTH)
+LOGICAL_AXES = (VOCAB, EMBED, HEADS, KV, MLP, LAYERS, BATCH, LENGTH,
+                ACT_BATCH, ACT_LENGTH, ACT_EMBED, ACT_HEADS, ACT_KV, ACT_MLP, ACT_VOCAB)
 
 
 def metadata(*names: str | None) -> dict[str, Any]:

@@ -22,10 +22,13 @@ import jax.numpy as jnp
 from flax import nnx
 
 from bert_jax.model import axes
+from bert_jax.model.activation_sharding import constrain
 from bert_jax.model.config import BertConfig
 from bert_jax.model.layer_layout import unstack
 from bert_jax.model.layers import Embeddings, TransformerBlock, dense
 from bert_jax.model.token_layout import PADDED, TokenLayout, Unpadded
+
+RESIDUAL = (axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_EMBED)  # the residual stream [*tokens, embed]
 
 
 class EncoderOutput(NamedTuple):
@@ -131,18 +134,20 @@ class BertEncoder(nnx.Module):
         )  # [batch, length, E]
         if self.embedding_projection is not None:
             x = self.embedding_projection(x)  # [batch, length, embed]
+        x = constrain(x, *RESIDUAL)  # [batch, length, embed]: split like the batch, not like the tables
         embedding_output = x
         layout = PADDED
         if token_index is not None:
             if output_hidden_states or output_attentions:
                 raise ValueError("token_index (unpadded blocks) does not go with output_hidden_states/attentions")
             layout = Unpadded(token_index, *input_ids.shape)
-        x = layout.to_tokens(x)  # [*tokens, embed]: [batch, length] padded, [shards, tokens] unpadded
+        # [*tokens, embed]: [batch, length] padded, [shards, tokens] unpadded
+        x = constrain(layout.to_tokens(x), *RESIDUAL)
 
         x, hiddens, probs = self.run_blocks(x, mask, layout, deterministic=deterministic, rngs=rngs,
                                             output_hidden_states=output_hidden_states,
                                             output_attentions=output_attentions)
-        x = layout.to_rows(x)  # [batch, length, embed]
+        x = constrain(layout.to_rows(x), *RESIDUAL)  # [batch, length, embed]
         hidden_states = None
         if output_hidden_states:
             # [layers + 1, batch, length, embed]
@@ -178,6 +183,7 @@ class BertEncoder(nnx.Module):
         def step(h, xs):
             params, key = xs
             h, probs = layer(h, shared if params is None else params, key)
+            h = constrain(h, *RESIDUAL)  # [*tokens, embed]: the scan's carry stays split like the batch
             return h, (h if output_hidden_states else None, probs)
 
         per_layer = None if cfg.share_layers else stacked  # scanned over; the shared block is closed over

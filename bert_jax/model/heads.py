@@ -10,6 +10,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from bert_jax.model import axes
+from bert_jax.model.activation_sharding import constrain
 from bert_jax.model.config import BertConfig
 from bert_jax.model.dropout import Dropout
 from bert_jax.model.layers import ACTIVATIONS, dense, layer_norm
@@ -40,7 +41,7 @@ class MaskedLMHead(nnx.Module):
         # sequence_output: [batch, length, embed]; positions: [batch, P] int32 or None (all)
         x = sequence_output if positions is None else gather_positions(sequence_output, positions)
         x = self.layer_norm(self.act(self.transform(x)))  # [batch, P, E]
-        logits = word_embeddings.attend(x)  # [batch, P, vocab]
+        logits = constrain(word_embeddings.attend(x), axes.ACT_BATCH, None, axes.ACT_VOCAB)  # [batch, P, vocab]
         return logits.astype(jnp.float32) + self.output_bias[...]
 
 

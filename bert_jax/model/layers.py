@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from bert_jax.model import axes
+from bert_jax.model.activation_sharding import constrain
 from bert_jax.model.config import BertConfig
 from bert_jax.model.dropout import Dropout
 from bert_jax.model.execution import attention_call, mask_kind
@@ -134,9 +135,10 @@ class SelfAttention(nnx.Module):
         # projections on those tokens, attention in [batch, length] places.
         # mask: bool [batch, 1, length | 1, length], True = attend.
         cfg = self.cfg
-        q = layout.to_rows(self.query(x))  # [batch, length, heads, kv]
-        k = layout.to_rows(self.key(x))  # [batch, length, heads, kv]
-        v = layout.to_rows(self.value(x))  # [batch, length, heads, kv]
+        heads = (axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_HEADS, axes.ACT_KV)
+        q = constrain(layout.to_rows(self.query(x)), *heads)  # [batch, length, heads, kv]
+        k = constrain(layout.to_rows(self.key(x)), *heads)  # [batch, length, heads, kv]
+        v = constrain(layout.to_rows(self.value(x)), *heads)  # [batch, length, heads, kv]
         needs_dropout = not deterministic and cfg.attention_dropout_prob > 0.0
         probs = None
         if return_probs or needs_dropout or cfg.attention_impl == "explicit":
@@ -153,7 +155,8 @@ class SelfAttention(nnx.Module):
                 ctx = jax.nn.dot_product_attention(q, k, v, key_value_seq_lengths=lengths, implementation="cudnn")
             else:
                 ctx = jax.nn.dot_product_attention(q, k, v, mask=mask, implementation=impl)
-        out = self.output(layout.to_tokens(ctx))  # [*tokens, embed]
+        ctx = constrain(ctx, *heads)  # [batch, length, heads, kv]
+        out = constrain(self.output(layout.to_tokens(ctx)), axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_EMBED)
         return out, (probs if return_probs else None)
 
 
@@ -168,8 +171,8 @@ class FeedForward(nnx.Module):
 
     def __call__(self, x):
         # x: [*tokens, embed]
-        y = self.act(self.intermediate(x))  # [*tokens, mlp]
-        return self.output(y)  # [*tokens, embed]
+        y = constrain(self.act(self.intermediate(x)), axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_MLP)  # [*tokens, mlp]
+        return constrain(self.output(y), axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_EMBED)  # [*tokens, embed]
 
 
 class TransformerBlock(nnx.Module):

@@ -45,17 +45,17 @@ def initialize(config) -> None:
     """``jax.distributed.initialize`` from ``config.distributed`` when ``config.multihost``; must
     run before anything starts JAX's backend. A second job in the same processes (fine-tuning after
     pre-training, a resumed run in a test) keeps the first initialisation."""
-    if not config.get("multihost", False) or jax.distributed.is_initialized():
+    if not config.multihost or jax.distributed.is_initialized():
         return
-    d = config.get("distributed") or default_config()
-    given = {"coordinator_address": d.get("coordinator_address") or None,
-             "num_processes": d.get("num_processes") or None,
-             "process_id": None if d.get("process_id", -1) < 0 else d.process_id}
+    d = config.distributed
+    given = {"coordinator_address": d.coordinator_address or None,
+             "num_processes": d.num_processes or None,
+             "process_id": None if d.process_id < 0 else d.process_id}
     if given["num_processes"] is not None and given["process_id"] is not None \
             and not 0 <= given["process_id"] < given["num_processes"]:
         raise ValueError(f"config.distributed.process_id={given['process_id']} is not in "
                          f"[0, num_processes={given['num_processes']})")
-    if d.get("cpu_collectives"):
+    if d.cpu_collectives:
         jax.config.update("jax_cpu_collectives_implementation", d.cpu_collectives)
     kwargs = {k: v for k, v in given.items() if v is not None}
     if given["coordinator_address"] and _is_loopback(given["coordinator_address"]):
@@ -63,6 +63,6 @@ def initialize(config) -> None:
         # is every interface).
         kwargs["coordinator_bind_address"] = given["coordinator_address"]
     jax.distributed.initialize(
-        **kwargs, initialization_timeout=int(d.get("initialization_timeout", 300)),
-        heartbeat_timeout_seconds=int(d.get("heartbeat_timeout", 100)),
-        shutdown_timeout_seconds=int(d.get("shutdown_timeout", 300)))
+        **kwargs, initialization_timeout=int(d.initialization_timeout),
+        heartbeat_timeout_seconds=int(d.heartbeat_timeout),
+        shutdown_timeout_seconds=int(d.shutdown_timeout))

@@ -202,6 +202,6 @@ def advice(optimizer) -> str:
     """What to try against a collapse, naming ``optimizer``'s (a ConfigDict or dict) current values."""
     tries = [f"a lower learning rate (--config.optimizer.learning_rate, now {optimizer['learning_rate']:g})",
              f"a longer warmup (--config.optimizer.warmup_steps, now {optimizer['warmup_steps']})"]
-    if not optimizer.get("bias_correction", True):
+    if not optimizer["bias_correction"]:
         tries.append("Adam bias correction (--config.optimizer.bias_correction=True)")
     return "Try " + ", ".join(tries[:-1]) + " or " + tries[-1]

@@ -124,7 +124,7 @@ def job(config, workdir, preemption: Preemption | None = None) -> Iterator[Job]:
     from input_pipeline import hide_accelerators_from_tf
 
     own = preemption is None
-    preemption = preemption or Preemption(sigterm=not config.get("multihost", False))
+    preemption = preemption or Preemption(sigterm=not config.multihost)
     try:
         initialize(config)  # before anything starts JAX's backend
         preemption.start()

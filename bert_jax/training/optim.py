@@ -53,8 +53,8 @@ class OptimizerConfig:
 
     ``warmup_steps``/``num_train_steps`` and the schedule count optimizer steps. Gradient
     accumulation is not the optimizer's business: the training step sums micro-batch gradients in a
-    ``lax.scan`` (``config.optimizer.accumulation_steps`` of a job config, read by
-    `bert_jax.training.trainer.build_steps`), so one call is one optimizer step.
+    ``lax.scan`` (as many micro-batches as a job config's ``per_device_batch`` gives:
+    `bert_jax.training.trainer.accumulation_steps`), so one call is one optimizer step.
     """
 
     optimizer: str = "adamw_bert"

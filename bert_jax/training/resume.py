@@ -1,4 +1,5 @@
-"""Where a pre-training run starts: the workdir's own checkpoint (exact resume, every process's input
+"""Where a run starts: `resume` (every trainer) from the workdir's own checkpoint; for pre-training
+`initial_state`: the workdir's own checkpoint (exact resume, every process's input
 position included), else ``init_checkpoint`` (per ``init_mode``), else a fresh state; and the input
 positions gathered from every process for the checkpoint's meta."""
 
@@ -31,6 +32,19 @@ def gather_data_states(state: dict, block: int = 0) -> list[dict]:
     return [s for _, s in sorted(rows, key=lambda row: row[0])]
 
 
+def resume(ckpt: Checkpointer, layout, restore: str = "latest") -> tuple | None:
+    """(state, meta) of the run's own checkpoint that ``restore`` names ("latest", "previous" or a
+    step; docs/robustness.md), the checkpoints after it set aside, or None when there is none: how
+    every trainer resumes exactly."""
+    step = ckpt.restore_step(restore)
+    if step is None:
+        return None
+    state, meta = ckpt.restore(layout.target(), step)
+    ckpt.set_aside_after(step)
+    log.info("resumed from %s at step %d", ckpt.directory, int(state.step))
+    return state, meta
+
+
 # What init_checkpoint carries over: "state" (parameters, optimizer state and step: the paper's phase 2
 # continues phase 1's schedule) or "params" (parameters only: the LAMB recipe's phase 2).
 INIT_MODES = ("state", "params")
@@ -40,19 +54,17 @@ def initial_state(config, steps, ckpt: Checkpointer, data, block: tuple[int, int
     """The workdir's checkpoint that ``config.restore`` names (default the newest; exact resume,
     input position included), else ``init_checkpoint`` per ``init_mode`` (`INIT_MODES`), else a
     fresh state."""
-    step = ckpt.restore_step(config.get("restore", "latest"))
-    if step is not None:
-        state, meta = ckpt.restore(steps.layout.target(), step)
-        ckpt.set_aside_after(step)
+    resumed = resume(ckpt, steps.layout, config.restore)
+    if resumed is not None:
+        state, meta = resumed
         per_process = meta.get("data_per_process") or [meta["data"]]
         if len(per_process) != block[1]:
             raise ValueError(f"{ckpt.directory}: saved by {len(per_process)} processes, resumed by "
                              f"{block[1]}; the input position cannot be carried over")
         data.restore(per_process[block[0]])
-        log.info("resumed from %s at step %d", ckpt.directory, int(state.step))
         return state
-    if config.get("init_checkpoint"):
-        mode = config.get("init_mode", "state")
+    if config.init_checkpoint:
+        mode = config.init_mode
         if mode not in INIT_MODES:
             raise ValueError(f"config.init_mode={mode!r}: expected one of {INIT_MODES}")
         if not (as_path(config.init_checkpoint) / "checkpoints").is_dir():  # Orbax would create it

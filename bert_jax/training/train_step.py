@@ -187,8 +187,8 @@ def apply_gradients(state: TrainState, grads, tx, schedule, metrics: dict) -> tu
     return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
 
-def eval_step(state: TrainState, batch: dict, *, graphdef) -> dict:
+def eval_step(params: dict, batch: dict, *, graphdef) -> dict:
     """Sums over one batch (add them up across batches, then `summarize`); ELECTRA's include the
     logit histograms of the held-out AUC."""
-    _, sums = _loss(state.params, graphdef, batch, None, True, rtd_histograms=True)
+    _, sums = _loss(params, graphdef, batch, None, True, rtd_histograms=True)
     return sums

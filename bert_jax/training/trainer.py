@@ -21,10 +21,11 @@ from pathlib import Path
 
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import Mesh
 
 from bert_jax.model.config import BertConfig
 from bert_jax.model.execution import resolve_per_device_batch
+from bert_jax.resolve import described_model
 from bert_jax.training import health
 from bert_jax.training import sharding as sh
 from bert_jax.training import train_step as ts
@@ -32,18 +33,16 @@ from bert_jax.training.checkpoints import Checkpointer
 from bert_jax.training.job import job
 from bert_jax.training.loop import train_loop
 from bert_jax.training.metric_writer import MetricWriter, read_metrics
-from bert_jax.training.optim import make_optimizer
 from bert_jax.training.progress import Progress
 from bert_jax.training.resume import gather_data_states, initial_state
-from bert_jax.training.state import StateLayout, model_stacked_axes, state_layout
+from bert_jax.training.steps import Steps, jit_steps
 
 log = logging.getLogger(__name__)
 
 
 def model_config(config, vocab_size: int) -> BertConfig:
-    m = config.model
-    overrides = {k: v for k, v in m.items() if k not in ("size",) and v is not None}
-    return BertConfig.from_size(m.size, **{**overrides, "vocab_size": vocab_size})
+    """The model ``config.model`` describes, with the vocabulary's size."""
+    return described_model(config.model, vocab_size=vocab_size)
 
 
 class BlockRows:
@@ -74,7 +73,7 @@ def make_input(config, split: str, block: tuple[int, int] = (0, 1)):
         raise ValueError(f"batch_size {config.batch_size} is not divisible by {n} processes")
     local = config.batch_size // n
     if config.data.kind == "synthetic":
-        if config.data.get("pack_examples", 0):
+        if config.data.pack_examples:
             raise ValueError("config.data.pack_examples needs data.kind='pretraining' (synthetic batches "
                              "are not packed; the benchmark packs them with --packing K)")
         from input_pipeline.pretraining.synthetic import SyntheticBatches
@@ -93,13 +92,12 @@ def make_input(config, split: str, block: tuple[int, int] = (0, 1)):
 
 def unpadded(place, config, mesh, rules, accumulation: int = 1):
     """``place`` that first adds ``token_index`` when ``config.unpad_multiple`` > 0."""
-    multiple = config.get("unpad_multiple", 0)
+    multiple = config.unpad_multiple
     if multiple and jax.process_count() > 1:
         raise ValueError("config.unpad_multiple needs a single process: every process would have to agree on "
                          "each batch's number of real tokens while seeing only its own rows (docs/tpu.md)")
-    if multiple and max(accumulation, config.optimizer.accumulation_steps) > 1:
-        raise ValueError("config.unpad_multiple does not go with gradient accumulation (optimizer.accumulation_steps "
-                         "or per_device_batch)")
+    if multiple and accumulation > 1:
+        raise ValueError("config.unpad_multiple does not go with micro-batches: set per_device_batch=0")
     from input_pipeline.pretraining.unpadding import adding_token_index
 
     return adding_token_index(place, sh.batch_shards(mesh, rules), multiple) if multiple else place
@@ -127,37 +125,17 @@ def electra_settings(config) -> dict | None:
     return dict(config.electra)
 
 
-@dataclasses.dataclass(frozen=True)
-class PretrainingSteps:
-    """The pre-training step as the trainer runs it: jitted with explicit shardings, state donated."""
-
-    layout: StateLayout
-    train_fn: Callable  # (state, batch, rng) -> (state, metrics)
-    eval_fn: Callable  # (state, batch) -> metric sums
-    mesh: Mesh
-    rules: tuple
-    batch_sharding: NamedSharding
-    schedule: Callable  # optimizer step -> learning rate
-    accumulation_steps: int  # micro-batches per optimizer step (`accumulation_steps`)
-
-
 def accumulation_steps(config, mesh: Mesh, rules) -> int:
-    """Micro-batches per optimizer step: ``config.per_device_batch`` > 0 chooses them from the
-    global batch, the rows each batch shard (data x fsdp devices) can hold and the mesh:
-    ``batch_size / (per_device_batch * batch shards)``, so one recipe runs on any slice (an "auto"
-    is resolved when the job starts: `bert_jax.resolve`); otherwise
-    ``config.optimizer.accumulation_steps`` as given."""
-    given = config.optimizer.get("accumulation_steps", 1)
-    shards = sh.batch_shards(mesh, rules)
-    value = config.get("per_device_batch", 0)
+    """Micro-batches per optimizer step from the one knob, ``config.per_device_batch`` (resolved: a
+    number; `bert_jax.resolve`): N > 0 rows per batch shard (data x fsdp devices) in a micro-batch
+    gives ``batch_size / (N * batch shards)`` of them, so one recipe runs on any slice; 0: one."""
+    value = config.per_device_batch
     if value == "auto":
         raise ValueError("per_device_batch='auto' is not resolved: resolve the config first (bert_jax.resolve)")
     per_device = resolve_per_device_batch(value, "", rows=0)
     if not per_device:
-        return given
-    if given != 1:
-        raise ValueError(f"per_device_batch={per_device} chooses the accumulation: leave optimizer.accumulation_steps "
-                         f"at 1 (got {given})")
+        return 1
+    shards = sh.batch_shards(mesh, rules)
     if config.batch_size % (per_device * shards):
         raise ValueError(f"batch_size {config.batch_size} is not a multiple of per_device_batch {per_device} x "
                          f"{shards} batch shards (mesh {dict(mesh.shape)}): choose per_device_batch dividing "
@@ -165,27 +143,16 @@ def accumulation_steps(config, mesh: Mesh, rules) -> int:
     return config.batch_size // (per_device * shards)
 
 
-def build_steps(config, model_cfg: BertConfig, mesh: Mesh) -> PretrainingSteps:
-    """The optimizer (``config.optimizer``), the state's layout under ``config.sharding_rules`` and
-    the jitted steps. Gradient accumulation is a ``lax.scan`` inside the step (one call = one
-    optimizer step over ``optimizer.accumulation_steps`` micro-batches)."""
+def build_steps(config, model_cfg: BertConfig, mesh: Mesh) -> Steps:
+    """Pre-training's model, objective and optimizer (``config.optimizer``) through the shared
+    builder (`bert_jax.training.steps.jit_steps`). Gradient accumulation is a ``lax.scan`` inside
+    the step (one call = one optimizer step over `accumulation_steps` micro-batches)."""
     optimizer = config.optimizer.to_dict()
-    optimizer.pop("accumulation_steps", None)
     rules = tuple(tuple(r) for r in config.sharding_rules)
     accumulation = accumulation_steps(config, mesh, rules)
-    if config.batch_size % accumulation:
-        raise ValueError(f"batch_size {config.batch_size} is not divisible by accumulation_steps {accumulation}")
     make_model = ts.pretraining_model(model_cfg, config.objective, electra_settings(config))
-    tx, schedule = make_optimizer(optimizer, stacked=model_stacked_axes(make_model))
-    layout = state_layout(make_model, tx, mesh, rules)
-    batch_sh = sh.batch_sharding(mesh, rules)
-    train_fn = jax.jit(
-        functools.partial(ts.train_step, graphdef=layout.graphdef, tx=tx, schedule=schedule,
-                          accumulation_steps=accumulation),
-        in_shardings=(layout.shardings, batch_sh, None), out_shardings=(layout.shardings, None), donate_argnums=0)
-    eval_fn = jax.jit(functools.partial(ts.eval_step, graphdef=layout.graphdef),
-                      in_shardings=(layout.shardings, batch_sh), out_shardings=None)
-    return PretrainingSteps(layout, train_fn, eval_fn, mesh, rules, batch_sh, schedule, accumulation)
+    return jit_steps(make_model, optimizer, mesh, rules,
+                     functools.partial(ts.train_step, accumulation_steps=accumulation), ts.eval_step, accumulation)
 
 
 def evaluate(eval_fn, state, data, num_batches: int, mesh, rules,
@@ -195,9 +162,11 @@ def evaluate(eval_fn, state, data, num_batches: int, mesh, rules,
     for _ in range(num_batches):
         if interrupted():
             return None
-        sums = eval_fn(state, sh.global_batch(next(data), mesh, rules))
-        totals = sums if totals is None else jax.tree.map(lambda a, b: a + b, totals, sums)
-    return {k: float(v) for k, v in ts.summarize(jax.device_get(totals)).items()}
+        # Summed on the host: a handful of scalars and histograms, and no eager op on arrays sharded
+        # over every device (each would compile a program; one such add aborted a CPU test run).
+        sums = jax.device_get(eval_fn(state.params, sh.global_batch(next(data), mesh, rules)))
+        totals = sums if totals is None else jax.tree.map(np.add, totals, sums)
+    return {k: float(v) for k, v in ts.summarize(totals).items()}
 
 
 def step0_reference(workdir) -> dict | None:
@@ -241,7 +210,7 @@ def _run(config, j) -> dict:
     writer = MetricWriter(workdir, enabled=is_main)
     place = unpadded(functools.partial(sh.global_batch, mesh=mesh, rules=rules), config, mesh, rules,
                      steps.accumulation_steps)
-    prefetch = config.get("prefetch_batches", 0)
+    prefetch = config.prefetch_batches
     batches = None
     last = {}
     try:
@@ -299,7 +268,7 @@ def _run(config, j) -> dict:
         keep_first = int(state.step) == 0 and monitor.reference is None
         result = train_loop(
             state, first_step_kept if keep_first else steps.train_fn, batches if prefetch else map(place, data),
-            jax.random.key(config.seed, impl=config.get("rng_impl", "threefry2x32")), total=total, ckpt=ckpt,
+            jax.random.key(config.seed, impl=config.rng_impl), total=total, ckpt=ckpt,
             writer=writer, progress=Progress(int(state.step), total, config.batch_size, enabled=is_main),
             log_every=config.log_every, checkpoint_every=config.checkpoint_every, meta=meta, after_step=after_step,
             preemption=preemption, on_log=on_log)

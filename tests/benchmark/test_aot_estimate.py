@@ -71,7 +71,8 @@ def test_bad_arguments_are_one_line(capsys):
 @needs_libtpu
 @pytest.mark.slow  # four compiles: minutes on a 2-core machine
 def test_tiny_estimate_on_a_v5e_slice():
-    config = aot.load_config("configs/pretrain.py:size=tiny", ["--config.optimizer.accumulation_steps=2"])
+    # 256 rows on 4 chips at 32 per chip: 2 micro-batches.
+    config = aot.load_config("configs/pretrain.py:size=tiny", ["--config.per_device_batch=32"])
     chip, _, devices = aot.tpu_devices("v5e-4")
     r = aot_estimate.estimate(config, devices, chip, steps=10)
     e = r["estimate"]
@@ -103,7 +104,7 @@ def _fake_compiles(monkeypatch, fits=True):
 def test_estimate_compiles_one_and_two_layers_at_the_micro_batch(monkeypatch):
     calls = _fake_compiles(monkeypatch)
     config = aot.load_config("configs/pretrain.py:size=large", ["--config.batch_size=64",
-                                                                "--config.optimizer.accumulation_steps=4"])
+                                                                "--config.per_device_batch=4"])
     r = aot_estimate.estimate(config, jax.devices()[:4], aot.CHIPS["v5e"], steps=100)
     assert calls == [(None, "true", 64), (1, "false", 16), (2, "false", 16)]  # "auto" resolved for the TPU
     e = r["estimate"]

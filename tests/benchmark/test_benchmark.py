@@ -90,6 +90,7 @@ def test_memory_only_compiles_without_running(tmp_path):
     assert json.loads(out.read_text())["memory"] == r["memory"]
 
 
+@pytest.mark.slow  # ~30 s
 def test_variants_take_turns_with_our_step(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "transformers", None)  # variants alone need no 'bench' extra
     out = tmp_path / "v.jsonl"
@@ -165,6 +166,7 @@ def test_compare_without_the_bench_extra_says_how_to_install_it(monkeypatch):
         benchmark.main(["--size", "tiny", "--compare", "hf-torch,hf-flax", "--output", ""])
 
 
+@pytest.mark.slow  # ~17 s; the rule itself: tests/training/test_sharding.py
 def test_micro_batches_follow_the_batch_and_the_flag():
     """--per_device_batch auto (the trainer's default): micro-batches of 8 on the CPU at batch 32
     (the rule itself: tests/training/test_sharding.py), with less temporary memory than the whole

@@ -3,7 +3,6 @@ restoring the encoder from a pre-training workdir and from ``hf:``; every fine-t
 
 from __future__ import annotations
 
-import functools
 import json
 
 import jax
@@ -19,7 +18,6 @@ from bert_jax.model.config import BertConfig
 from bert_jax.training import sharding as sh
 from bert_jax.training.checkpoints import read_params
 from bert_jax.training.metric_writer import read_metrics
-from bert_jax.training.state import state_layout
 
 
 def small(c, vocab, steps=6):
@@ -213,6 +211,7 @@ def test_warm_start_errors(tmp_path):
         open_init_checkpoint(f"hf:{tmp_path}/missing")
 
 
+@pytest.mark.slow  # ~70 s: NER end to end; tagging's step and evaluation: tests/finetuning/test_lengths.py
 def test_ner_from_hf_checkpoint(conll, minilm_dir, tmp_path, load_config):
     """The real MiniLM encoder (``hf:``) under a fresh tagging head; vocab taken from the checkpoint."""
     c = small(load_config("ner", "runlocal"), "", steps=2)
@@ -233,16 +232,14 @@ def test_ner_from_hf_checkpoint(conll, minilm_dir, tmp_path, load_config):
                                       ("squad", "version=2.0"), ("ner", "")])
 def test_configs_build_abstractly(name, arg, load_config):
     """Each fine-tuning config's model and optimizer state build with ShapeDtypeStructs only."""
-    from bert_jax.finetuning.trainer import _optimizer, model_stacked_axes
+    from bert_jax.finetuning.trainer import build_steps
     from input_pipeline.tasks import make_task
 
     c = load_config(name, arg)
     task = make_task({**c.task.to_dict(), "source": c.task.source or "tfds"})
     cfg = BertConfig.from_size(c.model.size)
-    make_model = functools.partial(fs.make_model, cfg, task.kind, task.num_labels)
-    tx, _ = _optimizer(c, 1000, model_stacked_axes(make_model))
     mesh = sh.make_mesh((1, 1, 1), jax.devices()[:1])
-    state = state_layout(make_model, tx, mesh, c.sharding_rules).abstract
+    state = build_steps(c, cfg, task.kind, task.num_labels, 1000, mesh).layout.abstract  # what train_one builds
     n = sum(x.size for x in jax.tree.leaves(state.params))
     assert n > (300e6 if c.model.size == "large" else 100e6)
 

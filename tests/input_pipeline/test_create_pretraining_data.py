@@ -58,6 +58,7 @@ def test_tool_static_masks_and_reproduces(tiny_tok, tmp_path, write_token_corpus
     assert masked == summary["masked_tokens"] > 0
 
 
+@pytest.mark.slow  # ~17 s: worker processes
 def test_tool_independent_of_workers(tiny_tok, tmp_path, write_token_corpus):
     write_token_corpus(tmp_path, num_files=3, docs_per_file=6)
     outs = {}

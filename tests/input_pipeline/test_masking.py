@@ -226,6 +226,7 @@ def test_prebatched_dataset_gets_one_seed_per_batch():
     np.testing.assert_array_equal(got[1]["masked_lm_positions"], want["masked_lm_positions"])
 
 
+@pytest.mark.slow  # ~30 s
 def test_epochs_give_new_masks_and_same_epoch_repeats():
     ids, mask, _ = make_batch(200)
     ds = _dataset(ids, mask)

@@ -82,7 +82,8 @@ def family_model(family_golden):
     return load
 
 
-@pytest.mark.parametrize("network", NETWORKS)
+@pytest.mark.parametrize("network", [pytest.param(n, marks=pytest.mark.slow) if n == "electra_generator" else n
+                                     for n in NETWORKS])  # the generator: ~18 s, the discriminator's code
 def test_matches_transformers(network, family_golden, family_model):
     """Every output of the HF model within 1e-4 (float32) at real positions, and the right model."""
     g = family_golden(network)
@@ -137,7 +138,8 @@ def test_export_gives_back_the_hf_files(network, family_golden, family_model, tm
     assert_params_equal(model, params)
 
 
-@pytest.mark.parametrize("network", ["albert", "electra_discriminator", "roberta"])
+@pytest.mark.parametrize("network", [pytest.param("albert", marks=pytest.mark.slow),  # ~13 s each
+                                     pytest.param("electra_discriminator", marks=pytest.mark.slow), "roberta"])
 def test_encoder_alone(network, family_golden, tmp_path):
     """with_heads=False gives the encoder; exported alone it is HF's base model (no prefix)."""
     g = family_golden(network)
@@ -242,6 +244,7 @@ def electra_pair(family_golden):
     return disc, gen, pretrained.build_electra(disc, gen, config=disc.config.deterministic())
 
 
+@pytest.mark.slow  # ~20 s; each network alone matches transformers fast
 def test_electra_pair_is_one_two_network_model(family_golden, electra_pair, tmp_path):
     """HF's discriminator + generator directories -> the `ElectraForPreTraining` pre-training trains
     (one shared embedding copy) holding each network's tensors; exported back, the very files."""

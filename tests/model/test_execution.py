@@ -114,9 +114,9 @@ def test_a_job_config_resolves_once(load_config):
     cpu = resolve(c, "cpu", batch_shards=1)
     assert auto_keys(cpu) == [] and auto_keys(c)  # a copy: the given config keeps its "auto"
     assert (cpu.model.dtype, cpu.model.scan_layers, cpu.model.dropout_impl) == ("float32", "false", "fused")
-    assert cpu.per_device_batch == str(8 if c.batch_size > 8 and c.batch_size % 8 == 0 else 0)
+    assert cpu.per_device_batch == (8 if c.batch_size > 8 and c.batch_size % 8 == 0 else 0)
     tpu = resolve(c, "tpu")
-    assert (tpu.model.dtype, tpu.model.scan_layers, tpu.per_device_batch) == ("bfloat16", "true", "0")
+    assert (tpu.model.dtype, tpu.model.scan_layers, tpu.per_device_batch) == ("bfloat16", "true", 0)
     assert "auto" not in cpu.to_json()
     with pytest.raises(ValueError, match="needs the batch's data-parallel shards"):
         resolve(c, "cpu")

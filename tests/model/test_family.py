@@ -182,6 +182,7 @@ def test_electra_shares_embeddings_and_labels_replacements():
     assert np.asarray(run(model, b, key=1).rtd_labels).sum() == 0
 
 
+@pytest.mark.slow  # ~30 s; ELECTRA's losses step by step: tests/training/test_trajectory_golden.py
 def test_electra_loss_is_mlm_plus_weighted_bce_and_sampling_passes_no_gradient():
     cfg = BertConfig.from_size("tiny", **TINY, embedding_size=32, use_pooler=False)
     settings = dict(generator_fraction=0.5, rtd_weight=50.0)

@@ -63,6 +63,7 @@ def _loss_and_grads(cfg):
     return loss_value, jax.tree.leaves(layer_layout.stack(flat))  # unrolled blocks: compared as stacks
 
 
+@pytest.mark.slow  # ~27 s; scan vs unrolled: tests/model/test_layer_layout.py
 def test_execution_variants_agree():
     """Scan vs unrolled, remat policies and the fused vs explicit attention path give the same
     outputs and gradients."""

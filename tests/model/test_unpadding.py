@@ -58,7 +58,7 @@ def loss_and_grads(b, cfg=CFG, deterministic=True):
     return fn(state.params, batch=b, rng=jax.random.key(1))
 
 
-@pytest.mark.parametrize("shards", [1, 2, 8])
+@pytest.mark.parametrize("shards", [1, pytest.param(2, marks=pytest.mark.slow), 8])
 def test_unpadded_blocks_give_the_padded_losses_and_gradients(shards):
     b = batch()
     grads, sums = loss_and_grads(b)
@@ -72,6 +72,7 @@ def test_unpadded_blocks_give_the_padded_losses_and_gradients(shards):
                                    err_msg=jax.tree_util.keystr(path))
 
 
+@pytest.mark.slow  # ~12 s; scanned float32 stays fast
 def test_unpadded_blocks_unrolled_with_remat_and_bfloat16():
     """The forward pass (losses) in the other execution variants."""
     b = with_token_index(batch(), 2, multiple=8)
@@ -90,6 +91,7 @@ def _at(tree, path):
     return tree
 
 
+@pytest.mark.slow  # ~20 s
 def test_unpadded_packed_rows_and_dropout():
     short = next(SyntheticBatches(batch_size=16, seq_len=32, max_predictions=4, vocab_size=97, seed=5,
                                   short_seq_prob=0.5))
@@ -121,7 +123,6 @@ def test_trainer_with_unpad_multiple(tmp_path, caplog, tiny_config):
     last = trainer.run(tiny_config(steps=2, eval_every=0, unpad_multiple=4), tmp_path / "unpadded")
     assert "unpadded batches of" in caplog.text and "tokens per shard (of 16)" in caplog.text  # 8 rows / 8 devices
     assert 4 < last["train"]["loss"] < 6  # ln(101) + ln(2) = 5.3 at the start
-    c = tiny_config(unpad_multiple=4)
-    c.optimizer.accumulation_steps = 2
-    with pytest.raises(ValueError, match="accumulation_steps"):
+    c = tiny_config(unpad_multiple=4, batch_size=16, per_device_batch=1)  # 2 micro-batches on 8 devices
+    with pytest.raises(ValueError, match="does not go with micro-batches"):
         trainer.run(c, tmp_path / "accumulating")

@@ -200,6 +200,7 @@ def test_load_errors_name_the_path(tmp_path):
         engine_lib.load(str(tmp_path), max_batch=0)
 
 
+@pytest.mark.slow  # ~45 s: an STS-B fine-tuning run first; classification from a workdir stays fast
 def test_classify_pairs_and_regression(stsb_workdir, make_client):
     """A pair task fine-tuned as regression (STS-B): text_pairs go in as [CLS] a [SEP] b [SEP], the
     answer is a score per pair, equal to the model's output for the same features."""

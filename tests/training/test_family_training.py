@@ -14,6 +14,10 @@ from bert_jax.training.checkpoints import read_params
 from bert_jax.training.metric_writer import read_metrics
 from tests.fixtures.params import params_of
 
+# ~3 min on 2 cores (each family pre-trains twice): resume is guarded fast by BERT's
+# (tests/training/test_trainer.py), the family's models by tests/model/test_family.py.
+pytestmark = pytest.mark.slow
+
 FAMILY = ["albert", "electra"]
 
 

@@ -105,6 +105,7 @@ def _batch(rows: int, seed: int = 0) -> dict:
 HEALTH = ("token_spread", "cls_spread", "cls_spread_ratio")
 
 
+@pytest.mark.slow  # ~45 s: two steps compiled; the metrics' values: the numpy and ELECTRA tests here
 def test_micro_batches_and_eval_batches_add_up_exactly():
     """A step of 2 micro-batches reports the health of the whole batch; two evaluation batches
     summed give the health of both together (dropout off: the same numbers up to rounding)."""
@@ -120,7 +121,7 @@ def test_micro_batches_and_eval_batches_add_up_exactly():
     for k in (*HEALTH, "mlm_loss"):
         np.testing.assert_allclose(float(two[k]), float(one[k]), rtol=2e-5, err_msg=k)
     assert 0.1 < float(one["token_spread"]) < 10
-    evaluate = jax.jit(lambda s, b: ts.eval_step(s, b, graphdef=graphdef))
+    evaluate = jax.jit(lambda s, b: ts.eval_step(s.params, b, graphdef=graphdef))
     halves = [evaluate(state, {k: v[s] for k, v in batch.items()}) for s in (slice(0, 4), slice(4, 8))]
     summed = ts.summarize(jax.tree.map(lambda a, b: a + b, *halves))
     whole = ts.summarize(evaluate(state, batch))
@@ -134,7 +135,7 @@ def test_electra_reports_the_discriminators_health():
     electra = dict(generator_fraction=0.5, rtd_weight=50.0)
     state = ts.init_state(cfg, "rtd", tx, seed=0, electra=electra)
     graphdef = ts.model_graphdef(cfg, "rtd", electra)
-    sums = jax.jit(lambda s, b: ts.eval_step(s, b, graphdef=graphdef))(state, _batch(4))
+    sums = jax.jit(lambda s, b: ts.eval_step(s.params, b, graphdef=graphdef))(state, _batch(4))
     assert sums["rtd_hist_replaced"].shape == (health.RTD_BINS,)
     assert float(sums["rtd_hist_replaced"].sum() + sums["rtd_hist_original"].sum()) == float(sums["rtd_tokens"])
     got = ts.summarize(sums)

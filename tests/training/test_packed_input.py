@@ -136,6 +136,7 @@ def train_config(packed_config, steps):
     return c
 
 
+@pytest.mark.slow  # ~65 s; the packed input position resumes exactly in test_packed_position_resumes_exactly
 def test_trainer_on_packed_rows_resumes_exactly(packed_config, tmp_path):
     """4 steps straight; then checkpoint 4 is removed and the run resumes from 2: the same step 4."""
     trainer.run(train_config(packed_config, 4), tmp_path)

@@ -56,7 +56,8 @@ def reference():
     return one_step((1, 1, 1))
 
 
-@pytest.mark.parametrize("mesh_shape", [(8, 1, 1), (2, 4, 1), (2, 2, 2)])
+@pytest.mark.parametrize("mesh_shape", [pytest.param((8, 1, 1), marks=pytest.mark.slow),  # (2, 2, 2) uses every axis
+                                        pytest.param((2, 4, 1), marks=pytest.mark.slow), (2, 2, 2)])
 def test_every_mesh_computes_the_same_step(reference, mesh_shape):
     assert len(jax.devices()) == 8, "conftest must set --xla_force_host_platform_device_count=8"
     _, ref_state, ref_metrics = reference
@@ -103,8 +104,8 @@ def test_accumulation_matches_one_big_batch_with_uneven_predictions():
 
 def test_auto_micro_batches_of_eight_on_the_cpu(load_config):
     """The default ("auto", resolved when the job starts: bert_jax.resolve): 8 rows per device and
-    micro-batch on the CPU when the batch is a larger multiple of 8; an explicit accumulation or
-    unpadded batches keep the whole batch; an unresolved "auto" is refused."""
+    micro-batch on the CPU when the batch is a larger multiple of 8; unpadded batches keep the whole
+    batch; a number is the rows per micro-batch; an unresolved "auto" is refused."""
     from bert_jax.resolve import resolve
 
     c = load_config("pretrain", "size=tiny,synthetic")
@@ -127,8 +128,10 @@ def test_auto_micro_batches_of_eight_on_the_cpu(load_config):
     assert trainer.accumulation_steps(resolve(c, "tpu"), sh.make_mesh((8, 1, 1)), rules) == 1  # whole batch
     c.unpad_multiple = 8
     assert micro_batches(one) == 1
-    c.unpad_multiple, c.optimizer.accumulation_steps = 0, 2
+    c.unpad_multiple, c.per_device_batch = 0, 128
     assert micro_batches(one) == 2
+    assert resolve(c, "cpu", batch_shards=1).per_device_batch == 128  # a number stays itself
+    c.per_device_batch = "auto"
     with pytest.raises(ValueError, match="per_device_batch='auto' is not resolved"):
         trainer.accumulation_steps(c, one, rules)
 

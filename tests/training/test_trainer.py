@@ -30,7 +30,7 @@ def test_outputs(straight_run):
     assert written["batch_size"] == 8
     # Resolved once for this platform at the start (bert_jax/resolve.py): no "auto" left.
     assert (written["model"]["dtype"], written["model"]["scan_layers"], written["model"]["dropout_impl"],
-            written["per_device_batch"]) == ("float32", "false", "fused", "0")
+            written["per_device_batch"]) == ("float32", "false", "fused", 0)
     assert '"auto"' not in (workdir / "config.json").read_text()
     assert sorted(p.name for p in (workdir / "checkpoints").iterdir() if p.name.isdigit()) == ["3", "6"]
     train = read_metrics(workdir, "train")
@@ -78,6 +78,7 @@ def test_resume_across_scan_layouts(straight_run, tmp_path, tiny_config, first, 
         np.testing.assert_allclose(a[k], b[k], rtol=1e-4, atol=1e-6, err_msg=k)
 
 
+@pytest.mark.slow  # ~18 s
 def test_rng_impl_picks_the_dropout_prng(straight_run, tmp_path, tiny_config):
     """config.rng_impl=rbg (XLA's RngBitGenerator for the dropout keys) trains: other dropout masks
     from the same seed, so another loss than the default threefry2x32 run's."""
