@@ -30,16 +30,27 @@ GOLDEN = Path(__file__).parent / "golden"
 CI_TRUE = ("true", "1", "yes")
 
 
+TEST_CACHE_ENV = "BERT_JAX_TEST_CACHE"  # the tests' XLA compilation cache; "" = one for this run only
+
+
 @pytest.fixture(scope="session", autouse=True)
 def shared_compilation_cache(tmp_path_factory):
-    """One persistent XLA compilation cache for the whole run, shared by the xdist workers (the
-    parent of a worker's base temp dir is the run's): many tests compile the same tiny steps."""
+    """One persistent XLA compilation cache shared by the xdist workers and kept between runs:
+    many tests compile the same tiny steps, and a re-run of the suite finds most of its programs
+    compiled (JAX keys each entry by the program, the compiler flags and its own version, so a
+    changed model is a miss, never a stale hit). ``$BERT_JAX_TEST_CACHE`` (default
+    ``~/.cache/bert_jax/test_jax_cache``, at most 2 GB, oldest entries evicted); set it empty for a
+    cache of this run alone (the parent of a worker's base temp dir is the run's)."""
     import jax
 
-    base = tmp_path_factory.getbasetemp()
-    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    jax.config.update("jax_compilation_cache_dir", str(root / "jax_cache"))
+    where = os.environ.get(TEST_CACHE_ENV, str(Path(os.environ.get("BERT_JAX_CACHE", Path.home() / ".cache" /
+                                                                     "bert_jax")) / "test_jax_cache"))
+    if not where:
+        base = tmp_path_factory.getbasetemp()
+        where = str((base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "jax_cache")
+    jax.config.update("jax_compilation_cache_dir", where)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    jax.config.update("jax_compilation_cache_max_size", 2 * 2**30)
 
 
 # --------------------------------------------------------------------------- real data

@@ -80,6 +80,7 @@ def test_benchmark_runs_tiny_model_and_writes_json(tmp_path):
     assert list((tmp_path / "trace").rglob("*.trace.json.gz"))  # --profile: one traced step
 
 
+@pytest.mark.slow  # ~10 s
 def test_memory_only_compiles_without_running(tmp_path):
     out = tmp_path / "m.jsonl"
     (r,) = benchmark.main([*TINY, "--batch_size", "8", "--memory_only", "--attention_dropout", "0",

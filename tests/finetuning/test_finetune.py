@@ -133,6 +133,7 @@ def test_stsb_regression_from_pretraining_workdir(glue_dir, tmp_path, tiny_confi
     assert all(0.0 <= float(x.split("\t")[1]) <= 5.0 for x in lines[1:])
 
 
+# ~30 s each; 2.0, the fast suite's fine-tuning run end to end (a null answer, the threshold, scoring)
 @pytest.mark.parametrize("version", ["2.0", pytest.param("1.1", marks=pytest.mark.slow)])
 def test_squad_end_to_end(version, minilm_dir, tmp_path, load_config, squad_json):
     data = tmp_path / "squad"

@@ -131,6 +131,7 @@ def test_errors(corpus, tmp_path):
 # --------------------------------------------------------------------------- CLI and real text
 
 
+@pytest.mark.slow  # ~11 s: a new process; the tool's code: the tests above, its convention: tests/test_cli.py
 def test_cli(corpus, tmp_path):
     out = tmp_path / "cli"
     result = subprocess.run(

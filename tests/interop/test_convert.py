@@ -52,6 +52,7 @@ def test_hf_round_trip_is_exact(minilm_dir, tmp_path):
     assert_same_params(first, pretrained.build_model(again))
 
 
+@pytest.mark.slow  # ~12 s; the heads against transformers: test_tiny_pretraining_heads_match_transformers
 def test_pretraining_heads_round_trip(tmp_path):
     model = create(BertForPreTraining, TINY, seed=3)
     convert.export_hf(model, TINY, tmp_path)
@@ -136,6 +137,7 @@ def test_orbax_round_trip_and_encoder_only_restore(tmp_path):
         pretrained.load_into(ckpt, other)
 
 
+@pytest.mark.slow  # ~14 s; test_orbax_round_trip_and_encoder_only_restore
 def test_fine_tuning_restores_encoder_only(tmp_path):
     source = create(BertForPreTraining, TINY, seed=1)
     convert.export_hf(source, TINY, tmp_path)

@@ -155,6 +155,7 @@ def run(model, b, key=0):
                  b["masked_lm_weights"], sample_key=jax.random.key(key))
 
 
+@pytest.mark.slow  # ~20 s; ELECTRA step by step: tests/training/test_trajectory_golden.py
 def test_electra_shares_embeddings_and_labels_replacements():
     cfg = BertConfig.from_size("tiny", **TINY, embedding_size=32, use_pooler=False)
     model = create(ElectraForPreTraining, cfg, generator_fraction=0.5)

@@ -58,7 +58,8 @@ def loss_and_grads(b, cfg=CFG, deterministic=True):
     return fn(state.params, batch=b, rng=jax.random.key(1))
 
 
-@pytest.mark.parametrize("shards", [1, pytest.param(2, marks=pytest.mark.slow), 8])
+@pytest.mark.parametrize("shards", [pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow),
+                                    8])
 def test_unpadded_blocks_give_the_padded_losses_and_gradients(shards):
     b = batch()
     grads, sums = loss_and_grads(b)

@@ -136,6 +136,7 @@ def test_concurrent_requests_share_batches_and_nothing_compiles(tiny_engine, mak
         assert tiny_engine.compiles == compiles == 6 and metric(c, "bert_serve_compiles") == 6
 
 
+@pytest.mark.slow  # ~13 s; MiniLM's parity: tests/interop/test_convert.py
 def test_minilm_mean_pooling_is_sentence_transformers(minilm_golden, make_client):
     """all-MiniLM-L6-v2's recipe (its modules.json: Transformer → mean Pooling → Normalize) is the
     server's default for that checkpoint, and its vectors equal the recipe applied to transformers'
@@ -172,6 +173,7 @@ def test_minilm_mean_pooling_is_sentence_transformers(minilm_golden, make_client
     np.testing.assert_allclose(got, mean / np.linalg.norm(mean, axis=1, keepdims=True), atol=2e-5)
 
 
+@pytest.mark.slow  # ~65 s: a fine-tuning run first; the server's engine and routes: the tests above
 def test_classify_from_a_finetuning_workdir(sentiment_workdir, make_client):
     engine = engine_lib.load(str(sentiment_workdir), max_seq_length=16, max_batch=2)
     assert engine.kind == "classification" and engine.label_names == ("negative", "positive")

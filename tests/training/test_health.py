@@ -129,6 +129,7 @@ def test_micro_batches_and_eval_batches_add_up_exactly():
         np.testing.assert_allclose(float(summed[k]), float(whole[k]), rtol=2e-5, err_msg=k)
 
 
+@pytest.mark.slow  # ~25 s; ELECTRA's health on a real run: test_old_electra_runlocal_recipe_is_flagged
 def test_electra_reports_the_discriminators_health():
     cfg = BertConfig.from_size("tiny", **{**TINY, "use_pooler": False})
     tx, _ = make_optimizer(dict(learning_rate=1e-3, warmup_steps=1, num_train_steps=10))

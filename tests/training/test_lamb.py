@@ -218,7 +218,7 @@ def test_lamb_needs_the_stacked_axes():
 
 
 @pytest.mark.parametrize("mesh_shape,rules", [
-    ((1, 2, 4), RULES), pytest.param((1, 8, 1), RULES, marks=pytest.mark.slow),
+    pytest.param((1, 2, 4), RULES, marks=pytest.mark.slow), pytest.param((1, 8, 1), RULES, marks=pytest.mark.slow),
     pytest.param((1, 2, 4), LAYER_RULES, marks=pytest.mark.slow)], ids=["fsdp_tensor", "fsdp", "layers_sharded"])
 def test_sharded_update_equals_one_device(mesh_shape, rules):
     cfg = tiny()

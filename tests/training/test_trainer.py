@@ -58,8 +58,8 @@ def test_resume_is_exact(straight_run, tmp_path, tiny_config):
     np.testing.assert_allclose(resumed[-1]["loss"], read_metrics(workdir, "train")[-1]["loss"], rtol=1e-6)
 
 
-@pytest.mark.parametrize("first,then", [("false", "true"),  # the other direction: ~25 s, and the
-                                        # checkpoint-level test (tests/model/test_layer_layout.py) has both
+# ~25 s each; the checkpoint-level test (tests/model/test_layer_layout.py) has both directions fast
+@pytest.mark.parametrize("first,then", [pytest.param("false", "true", marks=pytest.mark.slow),
                                         pytest.param("true", "false", marks=pytest.mark.slow)])
 def test_resume_across_scan_layouts(straight_run, tmp_path, tiny_config, first, then):
     """One layout on disk: a workdir written with the blocks unrolled resumes scanned, and the
