@@ -25,7 +25,7 @@ import numpy as np
 import tensorflow as tf
 from tokenizers import AddedToken, ByteLevelBPETokenizer
 
-from input_pipeline.tokenizers.vocab import VocabError, tokens_of
+from input_pipeline.tokenizers.vocab import VocabError, flags_of, tokens_of
 
 __all__ = ["MERGES_TXT", "RobertaBPETokenizer", "SPECIAL_TOKENS", "VOCAB_JSON", "WORD_START"]
 
@@ -172,9 +172,7 @@ class RobertaBPETokenizer:
 
     def is_continuation(self, ids: tf.Tensor) -> tf.Tensor:
         """True where the piece does not start with ``Ġ`` (continues a word); specials are False."""
-        if isinstance(ids, tf.RaggedTensor):
-            return tf.ragged.map_flat_values(self.is_continuation, ids)
-        return tf.gather(self._continuation, tf.convert_to_tensor(ids))
+        return flags_of(self._continuation, ids)
 
     def encode(self, text: str, text_b: str | None = None) -> tuple[list[int], list[int]]:
         """Eager: ``<s> a </s>`` (``</s> b </s>``) ids and segment ids (all 0); no truncation."""

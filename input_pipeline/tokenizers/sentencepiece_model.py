@@ -26,7 +26,7 @@ import tensorflow_text as tf_text
 from sentencepiece import SentencePieceProcessor
 from sentencepiece import sentencepiece_model_pb2 as model_pb2
 
-from input_pipeline.tokenizers.vocab import SPECIAL_TOKENS, VocabError, load_vocab, tokens_of
+from input_pipeline.tokenizers.vocab import SPECIAL_TOKENS, VocabError, bert_pair, flags_of, load_vocab, tokens_of
 
 __all__ = ["SentencePieceTokenizer", "WORD_START"]
 
@@ -134,20 +134,13 @@ class SentencePieceTokenizer:
 
     def is_continuation(self, ids: tf.Tensor) -> tf.Tensor:
         """True where the piece does not start with ``▁`` (continues a word); specials are False."""
-        if isinstance(ids, tf.RaggedTensor):
-            return tf.ragged.map_flat_values(self.is_continuation, ids)
-        return tf.gather(self._continuation, tf.convert_to_tensor(ids))
+        return flags_of(self._continuation, ids)
 
     def encode(self, text: str, text_b: str | None = None) -> tuple[list[int], list[int]]:
         """Eager: ``[CLS] a [SEP]`` (``b [SEP]``) ids and segment ids (0 for a, 1 for b); no truncation."""
         texts = [text] if text_b is None else [text, text_b]
         rows = self.tokenize(tf.constant(texts)).to_list()
-        ids = [self.cls_id, *rows[0], self.sep_id]
-        segments = [0] * len(ids)
-        if text_b is not None:
-            ids += [*rows[1], self.sep_id]
-            segments += [1] * (len(rows[1]) + 1)
-        return ids, segments
+        return bert_pair(self.cls_id, self.sep_id, rows[0], rows[1] if text_b is not None else None)
 
     def id_to_token(self, ids) -> list[str]:
         """Pieces for ids (int, list, numpy array, tf tensor or ragged tensor), flattened."""

@@ -1,4 +1,5 @@
-"""Reading WordPiece vocabulary files (BERT's vocab.txt: one token per line, id = line number - 1).
+"""Reading WordPiece vocabulary files (BERT's vocab.txt: one token per line, id = line number - 1),
+and what every tokenizer does alike with ids (`tokens_of`, `flags_of`, `bert_pair`).
 
 Strict where Hugging Face's reader is silent: a missing, non-UTF-8, empty file, a blank line or a
 duplicate token is a one-line `VocabError` naming the file (and line). The only leniencies are a
@@ -83,3 +84,24 @@ def tokens_of(ids, vocab: list[str], source: str | os.PathLike) -> list[str]:
     if bad.size:
         raise ValueError(f"id {int(bad[0])} outside the vocabulary of {source} ({len(vocab)} tokens)")
     return [vocab[i] for i in flat.tolist()]
+
+
+def flags_of(table, ids):
+    """``table`` (a bool tf tensor [vocab]) at ``ids`` (a tensor or a ragged tensor; the same shape
+    back): every tokenizer's ``is_continuation``."""
+    import tensorflow as tf
+
+    if isinstance(ids, tf.RaggedTensor):
+        return tf.ragged.map_flat_values(lambda flat: tf.gather(table, flat), ids)
+    return tf.gather(table, tf.convert_to_tensor(ids))
+
+
+def bert_pair(cls_id: int, sep_id: int, a: list[int], b: list[int] | None = None) -> tuple[list[int], list[int]]:
+    """``[CLS] a [SEP]`` (``b [SEP]``) ids and their segment ids (0 for a, 1 for b): the encoding of
+    BERT-style tokenizers (WordPiece, SentencePiece)."""
+    ids = [cls_id, *a, sep_id]
+    segments = [0] * len(ids)
+    if b is not None:
+        ids += [*b, sep_id]
+        segments += [1] * (len(b) + 1)
+    return ids, segments

@@ -34,7 +34,14 @@ import unicodedata
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from input_pipeline.tokenizers.vocab import VocabError, infer_lower_case, special_token_ids, tokens_of
+from input_pipeline.tokenizers.vocab import (
+    VocabError,
+    bert_pair,
+    flags_of,
+    infer_lower_case,
+    special_token_ids,
+    tokens_of,
+)
 from input_pipeline.tokenizers.vocab import load_vocab as load_vocab
 
 __all__ = ["VocabError", "WordPieceTokenizer", "load_vocab"]
@@ -206,20 +213,13 @@ class WordPieceTokenizer:
 
     def is_continuation(self, ids: tf.Tensor) -> tf.Tensor:
         """True where the id is a ``##`` piece (continues the previous word); same shape as ids."""
-        if isinstance(ids, tf.RaggedTensor):
-            return tf.ragged.map_flat_values(self.is_continuation, ids)
-        return tf.gather(self._continuation, tf.convert_to_tensor(ids))
+        return flags_of(self._continuation, ids)
 
     def encode(self, text: str, text_b: str | None = None) -> tuple[list[int], list[int]]:
         """Eager: ``[CLS] a [SEP]`` (``b [SEP]``) ids and segment ids (0 for a, 1 for b); no truncation."""
         texts = [text] if text_b is None else [text, text_b]
         rows = self.tokenize(tf.constant(texts)).to_list()
-        ids = [self.cls_id, *rows[0], self.sep_id]
-        segments = [0] * len(ids)
-        if text_b is not None:
-            ids += [*rows[1], self.sep_id]
-            segments += [1] * (len(rows[1]) + 1)
-        return ids, segments
+        return bert_pair(self.cls_id, self.sep_id, rows[0], rows[1] if text_b is not None else None)
 
     def id_to_token(self, ids) -> list[str]:
         """Tokens for ids (int, list, numpy array, tf tensor or ragged tensor), flattened."""
