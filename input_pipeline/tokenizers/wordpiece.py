@@ -164,6 +164,7 @@ class WordPieceTokenizer:
         if self._lower_table is None:
             return text
 
+        @tf.autograph.experimental.do_not_convert  # plain ops; tf.data's autograph need not convert it
         def patch():
             cps = tf.strings.unicode_decode(text, "UTF-8")
             fixed = self._lower_table.lookup(cps.flat_values)

@@ -55,8 +55,8 @@ def check_same_losses_and_own_rows(root, runs):
     assert [r["step"] for r in a] == [r["step"] for r in b] == [1, 2, 3, 4]
     np.testing.assert_allclose([r["loss"] for r in b], [r["loss"] for r in a], rtol=0, atol=1e-5)
     ea, eb = metrics(root / "one", "eval"), metrics(root / "two", "eval")
-    assert [r["step"] for r in eb] == [STEPS]
-    np.testing.assert_allclose(eb[0]["loss"], ea[0]["loss"], rtol=0, atol=1e-5)
+    assert [r["step"] for r in eb] == [0, STEPS]  # step 0: the representation-health reference
+    np.testing.assert_allclose([r["loss"] for r in eb], [r["loss"] for r in ea], rtol=0, atol=1e-5)
     for step in range(STEPS):
         first, second = two[0].value["fed"][step], two[1].value["fed"][step]
         assert len(first) == len(second) == 4 and not set(first) & set(second)
@@ -98,12 +98,14 @@ def check_restore_on_another_mesh_and_warm_start(workdir, corpus):
 
     from bert_jax.finetuning import steps as fs
     from bert_jax.finetuning.warm_start import open_init_checkpoint
+    from bert_jax.model import layer_layout
+    from bert_jax.training import job, trainer
     from bert_jax.training import sharding as sh
-    from bert_jax.training import trainer
     from bert_jax.training.checkpoints import Checkpointer, read_params
 
     config = pretrain_config(str(corpus), STEPS)
     config.mesh_shape = (1, 8, 1)
+    config = job.resolved(config)  # as a job resolves it
     warm = open_init_checkpoint(str(workdir))
     steps = trainer.build_steps(config, warm.config, sh.make_mesh(config.mesh_shape))
     ckpt = Checkpointer(workdir, async_save=False)
@@ -112,10 +114,11 @@ def check_restore_on_another_mesh_and_warm_start(workdir, corpus):
     finally:
         ckpt.close()
     stored, _ = read_params(workdir)
-    restored = traverse_util.flatten_dict(state.params, sep="/")
-    assert int(state.step) == STEPS and restored.keys() == stored.keys()
-    embedding = restored["bert/embeddings/word_embeddings/embedding"]
+    in_model = traverse_util.flatten_dict(state.params, sep="/")  # the model's layout (unrolled on the CPU)
+    embedding = in_model["bert/embeddings/word_embeddings/embedding"]
     assert embedding.sharding.spec == jax.sharding.PartitionSpec(None, "fsdp")
+    restored = layer_layout.stack({k: np.asarray(v) for k, v in in_model.items()})  # checkpoints: stacked
+    assert int(state.step) == STEPS and restored.keys() == stored.keys()
     for k, v in restored.items():
         np.testing.assert_array_equal(np.asarray(v), stored[k], err_msg=k)
     model = fs.make_model(warm.config, "classification", 2, 0)
@@ -124,8 +127,9 @@ def check_restore_on_another_mesh_and_warm_start(workdir, corpus):
     loaded = traverse_util.flatten_dict(nnx.state(model, nnx.Param).to_pure_dict(), sep="/")
     encoder = [k for k in loaded if k.startswith("bert/")]
     assert len(encoder) > 10
-    for k in encoder:
-        np.testing.assert_array_equal(np.asarray(loaded[k]), stored[k], err_msg=k)
+    loaded = layer_layout.stack({k: np.asarray(loaded[k]) for k in encoder})
+    for k in loaded:
+        np.testing.assert_array_equal(loaded[k], stored[k], err_msg=k)
 
 
 def check_finetuning_gathers_every_process(root, runs):
