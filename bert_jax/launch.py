@@ -34,7 +34,7 @@ def run(config, workdir: str | Path, preemption=None) -> dict:
     check_config(config)
     if "://" not in str(workdir) and Path(workdir).exists() and not Path(workdir).is_dir():
         raise NotADirectoryError(errno.ENOTDIR, "is a file, expected a directory (the workdir)", str(workdir))
-    before = _Snapshot(None if config.get("multihost") else workdir)  # one process: no other writer
+    before = _Snapshot(None if config.multihost else workdir)  # one process: no other writer
     try:
         if "task" in config:
             from bert_jax.finetuning import trainer as finetuning
