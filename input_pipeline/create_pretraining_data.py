@@ -17,10 +17,18 @@ Two stages (`input_pipeline.pretraining.shards`), both spread over ``--num_worke
    written under a temporary name and renamed when complete.
 
 So the output depends on the input, the flags and ``num_shards``, never on ``num_workers``.
+
+``--runner=DirectRunner|DataflowRunner|FlinkRunner|...`` runs the same two stages as an Apache Beam
+pipeline instead (`input_pipeline.pretraining.beam_pipeline`; ``pip install 'bert-jax[beam]'``), for
+corpora beyond one machine: the same shards, byte for byte, and flags this tool does not define are
+Beam's pipeline options (``--project``, ``--region``, ``--temp_location``, ``--direct_num_workers``,
+...); ``--num_workers`` then goes to Beam (Dataflow's initial worker count). docs/data.md has the
+commands.
 Deviations from Google's tool: instances are shuffled (and NotNext partners drawn) within a shard,
 not across the whole input; masks come from per-example seeds, not the instance rng stream.
-The end writes ``summary.json`` (counts, skipped input, speed) and ``config.json`` (the settings,
-so a reader knows max_seq_length and P); a directory without ``summary.json`` is incomplete.
+The end writes ``config.json`` (the settings, so a reader knows max_seq_length and P) and then
+``summary.json`` (counts, skipped input, speed; `input_pipeline.pretraining.outputs`); a directory
+without ``summary.json`` is incomplete, and training refuses it.
 """
 
 from __future__ import annotations
@@ -30,10 +38,8 @@ import errno
 import json
 import logging
 import multiprocessing
-import os
 import tempfile
 import time
-import uuid
 
 import tensorflow as tf
 from absl import flags
@@ -42,10 +48,9 @@ from tqdm.auto import tqdm
 from input_pipeline import cli, hide_accelerators_from_tf
 from input_pipeline.corpora import sources
 from input_pipeline.package_data import resolve
-from input_pipeline.pretraining import examples
+from input_pipeline.pretraining import examples, outputs
 from input_pipeline.pretraining.shards import (
     COMPRESSIONS,
-    PREFIX,
     Settings,
     ShardingJob,
     in_worker,
@@ -92,41 +97,15 @@ def _run_stage(stage, job, count, tokenizer, pool, queue, desc, unit, progress) 
     return [results[i] for i in range(count)]
 
 
-def _prepare_output(output_dir: str) -> None:
-    tf.io.gfile.makedirs(output_dir)
-    for name in ("summary.json", "config.json"):  # a half-rewritten directory must not look done
-        if tf.io.gfile.exists(os.path.join(output_dir, name)):
-            tf.io.gfile.remove(os.path.join(output_dir, name))
-    for stale in tf.io.gfile.glob(os.path.join(output_dir, f"{PREFIX}-*")):
-        log.info("removing %s from an earlier run", stale)
-        tf.io.gfile.remove(stale)
-
-
-def _write_json(path: str, data: dict) -> None:
-    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-    with tf.io.gfile.GFile(tmp, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
-    tf.io.gfile.rename(tmp, path, overwrite=True)
-
-
-def _merge_reports(reports: list[sources.SourceReport]) -> sources.SourceReport:
-    total = sources.SourceReport()
-    for r in reports:
-        total.files += r.files
-        total.documents += r.documents
-        total.sentences += r.sentences
-        total.skipped.update(r.skipped)
-        total.filtered.update(r.filtered)
-        total.first_error = total.first_error or r.first_error
-    return total
-
-
 def create_pretraining_data(input_spec, output_dir: str, tokenizer, *, num_workers: int = 1,
-                            progress: bool = True, **settings) -> dict:
+                            progress: bool = True, runner: str | None = None,
+                            pipeline_args: tuple[str, ...] = (), **settings) -> dict:
     """Writes ``output_dir/pretrain-*-of-*.tfrecord``, ``config.json`` and ``summary.json``;
     returns the summary. ``tokenizer``: a `WordPieceTokenizer` or a vocab.txt path; ``settings``:
     the fields of `Settings` (``max_seq_length``, ``dupe_factor``, ``objective``, ...).
-    Earlier ``pretrain-*`` files in ``output_dir`` are removed first; nothing is reused."""
+    Earlier ``pretrain-*`` files in ``output_dir`` are removed first; nothing is reused.
+    ``runner`` (a Beam runner's name): run as a Beam pipeline with Beam's options ``pipeline_args``
+    (the same output; ``num_workers`` and ``progress`` are then the runner's business)."""
     s = Settings(**settings)
     s.check()
     if not isinstance(tokenizer, WordPieceTokenizer):
@@ -135,6 +114,12 @@ def create_pretraining_data(input_spec, output_dir: str, tokenizer, *, num_worke
     units = [input_spec] if tfds else sources.list_files(input_spec)
     if tf.io.gfile.exists(output_dir) and not tf.io.gfile.isdir(output_dir):
         raise NotADirectoryError(errno.ENOTDIR, "is a file, expected a directory for the shards", output_dir)
+    if runner:
+        cli.require_extra("beam", "apache_beam", purpose="create_pretraining_data --runner")
+        from input_pipeline.pretraining import beam_pipeline
+
+        return beam_pipeline.run(input_spec, output_dir, tokenizer, units, s,
+                                 [f"--runner={runner}", *pipeline_args])
     start = time.time()
     workers = max(1, min(num_workers, max(len(units), s.num_shards)))
     with tempfile.TemporaryDirectory(prefix="pretrain-spill-") as spill_dir:
@@ -147,47 +132,18 @@ def create_pretraining_data(input_spec, output_dir: str, tokenizer, *, num_worke
         try:
             read = _run_stage("read", job, len(units), tokenizer, pool, queue, "reading",
                               "file", progress)
-            if not sum(r.get("sentences", 0) for r in read):  # before the output is touched
-                raise ValueError(f"{input_spec}: no text to make examples of "
-                                 f"({_merge_reports([r['report'] for r in read]).summary()})")
-            _prepare_output(output_dir)
+            outputs.check_text(input_spec, read)  # before the output is touched
+            outputs.prepare_output(output_dir)
             written = _run_stage("write", job, s.num_shards, tokenizer, pool, queue,
                                  "writing", "shard", progress)
         finally:
             if pool is not None:
                 pool.terminate()
                 pool.join()
-    seconds = time.time() - start
-    totals = {k: sum(r[k] for r in written) for k in written[0]}
-    report = _merge_reports([r["report"] for r in read])
-    source = report.as_dict()
-    summary = {
-        **totals,
-        "empty_documents": sum(r.get("empty_documents", 0) for r in read),
-        "sentences": sum(r.get("sentences", 0) for r in read),
-        "next_sentence_label_1_fraction": totals["next_sentence_label_1"] / max(1, totals["examples"]),
-        "mean_tokens_per_example": totals["tokens"] / max(1, totals["examples"]),
-        "skipped_input": sum(source["skipped"].values()),
-        "source": source,
-        "input_files": len(units),
-        "shards": [os.path.basename(s.shard_path(output_dir, i)) for i in range(s.num_shards)],
-        "num_workers": workers,
-        "seconds": round(seconds, 3),
-        "examples_per_second": round(totals["examples"] / seconds, 1),
-        "tokens_per_second": round(totals["tokens"] / seconds, 1),
-    }
-    config = dataclasses.asdict(s) | {
-        "input": input_spec if isinstance(input_spec, str) else list(input_spec),
-        "vocab_file": tokenizer.vocab_file, "vocab_size": tokenizer.vocab_size,
-        "lower_case": tokenizer.lower_case, "masked": s.masking == "static",
-        "shard_pattern": os.path.basename(s.shard_path(output_dir, 0)).replace("00000-of", "*-of"),
-    }
-    _write_json(os.path.join(output_dir, "config.json"), config)
-    _write_json(os.path.join(output_dir, "summary.json"), summary)
-    log.info("wrote %d examples (%d tokens, %d masked) from %d documents to %d shards in %.1fs; %s",
-             totals["examples"], totals["tokens"], totals["masked_tokens"], totals["documents"],
-             s.num_shards, seconds, report.summary())
-    return summary
+    return outputs.finish(output_dir, input_spec, s, read=read, written=written, input_files=len(units),
+                          vocab_file=tokenizer.vocab_file, vocab_size=tokenizer.vocab_size,
+                          lower_case=tokenizer.lower_case, seconds=time.time() - start,
+                          engine={"num_workers": workers})
 
 
 # --- command line ------------------------------------------------------------------------------
@@ -218,7 +174,12 @@ def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
     flags.DEFINE_float("short_seq_prob", _D.short_seq_prob, "Probability of a shorter target length.", flag_values=fv)
     flags.DEFINE_integer("random_seed", _D.random_seed, "Seed for instances and masks.", flag_values=fv)
     flags.DEFINE_integer("num_shards", _D.num_shards, "Output files.", flag_values=fv)
-    flags.DEFINE_integer("num_workers", 1, "Worker processes (the output does not depend on it).", flag_values=fv)
+    flags.DEFINE_integer("num_workers", 1, "Worker processes (the output does not depend on it); with --runner, "
+                         "Beam's --num_workers (Dataflow's initial worker count).", flag_values=fv)
+    flags.DEFINE_string("runner", None, "An Apache Beam runner (DirectRunner, PrismRunner, DataflowRunner, "
+                        "FlinkRunner, SparkRunner, ...): run as a Beam pipeline, the same output; flags this tool "
+                        "does not define are Beam's pipeline options. Default: the local process pool.",
+                        flag_values=fv)
     flags.DEFINE_enum("masking", _D.masking, ["static", "none"],
                       "static: write masked examples; none: unmasked, for dynamic masking.", flag_values=fv)
     flags.DEFINE_enum("format", _D.format, list(sources.FORMATS), "Text file layout.", flag_values=fv)
@@ -230,17 +191,43 @@ def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
     flags.mark_flags_as_required(["input", "output", "vocab"], flag_values=fv)
 
 
+BEAM_CHATTY_LOGGERS = ("apache_beam.runners.portability", "apache_beam.runners.worker", "apache_beam.typehints",
+                       "apache_beam.io.gcp.bigquery")
+
+
+def parse_flags(argv: list[str], fv: flags.FlagValues = flags.FLAGS) -> list[str]:
+    """The tool's flags parsed into `fv`; with ``--runner``, the flags it does not define are Beam's
+    pipeline options and come back after ``argv[0]`` (without it they are errors, as in any tool)."""
+    cli.exit_if_help(argv)
+    try:
+        rest = fv(argv, known_only=True)
+    except flags.Error as e:
+        cli.fail(e)
+    extra = rest[1:]
+    if extra and not fv.runner:  # absl's own error names the flag and suggests the closest
+        try:
+            fv(argv)
+        except flags.Error as e:
+            cli.fail(f"{e} (or, if it is one of Beam's pipeline options: they need --runner)")
+    if any(not a.startswith("--") for a in extra):
+        cli.fail(f"unexpected arguments {[a for a in extra if not a.startswith('--')]} (flags are --name=value)")
+    if fv.runner and fv["num_workers"].present:
+        extra = [*extra, f"--num_workers={fv.num_workers}"]
+    return [argv[0], *extra]
+
+
 def main(argv, fv: flags.FlagValues = flags.FLAGS) -> None:
-    if len(argv) > 1:
-        raise ValueError(f"unexpected arguments: {argv[1:]} (flags are --name=value)")
     hide_accelerators_from_tf()
     logging.getLogger().setLevel(logging.INFO)
+    for chatty in BEAM_CHATTY_LOGGERS if fv.runner else ():  # per-bundle and per-worker lines
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     F = fv
     lower = {"auto": None, "true": True, "false": False}[F.lower_case]
     tokenizer = WordPieceTokenizer(resolve(F.vocab), lower_case=lower)  # pkg:... → a local path
     names = [f.name for f in dataclasses.fields(Settings)]
     summary = create_pretraining_data(resolve(F.input), F.output, tokenizer, num_workers=F.num_workers,
-                                      progress=F.progress, **{n: getattr(F, n) for n in names})
+                                      progress=F.progress, runner=F.runner, pipeline_args=tuple(argv[1:]),
+                                      **{n: getattr(F, n) for n in names})
     keys = ("documents", "examples", "tokens", "masked_tokens", "skipped_input", "seconds",
             "examples_per_second", "tokens_per_second")
     print(json.dumps({k: summary[k] for k in keys}, indent=1))
@@ -248,4 +235,4 @@ def main(argv, fv: flags.FlagValues = flags.FLAGS) -> None:
 
 if __name__ == "__main__":
     define_flags()
-    cli.run_absl(main)
+    cli.run_absl(main, flags_parser=parse_flags)

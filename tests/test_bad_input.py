@@ -37,6 +37,7 @@ MODULES = {"create_pretraining_data": "input_pipeline.create_pretraining_data",
            "benchmark.processes": "bert_jax.benchmark.processes", "probe": "bert_jax.finetuning.probe"}
 # Cases that build a model or read text through tf.data before they fail (1-15 s each here).
 SLOW = {"pretraining data: empty input", "pretraining data: binary input",
+        "pretraining data on Beam: invalid UTF-8 (--on_error=raise)",
         "pretraining data: invalid UTF-8 (--on_error=raise)", "features: checkpoint of another size",
         "features: layer out of range", "visualize: length over 512", "pre-training: binary input"}
 
@@ -66,7 +67,8 @@ def run_main(tool: str, argv: list[str], monkeypatch) -> int:
                 rest = module.parse_flags([tool, *argv], fv)
             else:
                 module.define_flags(fv)
-                rest = cli.parse_absl_flags([tool, *argv], fv)
+                parse = getattr(module, "parse_flags", cli.parse_absl_flags)  # create_pretraining_data's own
+                rest = parse([tool, *argv], fv)
             cli.catching(module.main)(rest, fv)
         elif tool == "serve":  # reads sys.argv
             monkeypatch.setattr(sys, "argv", [tool, *argv])

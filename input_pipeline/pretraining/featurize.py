@@ -200,28 +200,39 @@ def write_records(path: str, records: Iterable[bytes], compression: str | None =
     return count
 
 
-def spill_document(f, document: list[list[int]]) -> None:
-    """Appends a tokenized document to a binary file as int32 ``[n, len_1..len_n, tokens...]``."""
+def encode_document(document: list[list[int]]) -> bytes:
+    """A tokenized document as int32 bytes ``[n, len_1..len_n, tokens...]`` (spill files, Beam)."""
     lengths = [len(sentence) for sentence in document]
     tokens = [t for sentence in document for t in sentence]
-    f.write(np.array([len(document), *lengths, *tokens], np.int32).tobytes())
+    return np.array([len(document), *lengths, *tokens], np.int32).tobytes()
+
+
+def decode_documents(data: bytes) -> Iterator[list[list[int]]]:
+    """The documents of concatenated `encode_document` bytes, in order."""
+    values = np.frombuffer(data, np.int32).tolist()
+    pos = 0
+    while pos < len(values):
+        n = values[pos]
+        lengths = values[pos + 1 : pos + 1 + n]
+        pos += 1 + n
+        doc = []
+        for length in lengths:
+            doc.append(values[pos : pos + length])
+            pos += length
+        yield doc
+
+
+def spill_document(f, document: list[list[int]]) -> None:
+    """Appends a tokenized document to a binary file (`encode_document`)."""
+    f.write(encode_document(document))
 
 
 def read_spilled(paths: Iterable[str]) -> list[list[list[int]]]:
     """The documents `spill_document` wrote to ``paths``, in order."""
     documents = []
     for path in paths:
-        data = np.fromfile(path, np.int32).tolist()
-        pos = 0
-        while pos < len(data):
-            n = data[pos]
-            lengths = data[pos + 1 : pos + 1 + n]
-            pos += 1 + n
-            doc = []
-            for length in lengths:
-                doc.append(data[pos : pos + length])
-                pos += length
-            documents.append(doc)
+        with open(path, "rb") as f:
+            documents.extend(decode_documents(f.read()))
     return documents
 
 

@@ -14,6 +14,7 @@ import dataclasses
 import glob
 import os
 import random
+from collections.abc import Iterator
 
 from input_pipeline import hide_accelerators_from_tf
 from input_pipeline.corpora import sources
@@ -103,40 +104,48 @@ def _spill_path(job: ShardingJob, shard: int, unit: int) -> str:
     return os.path.join(job.spill_dir, f"s{shard:05d}-u{unit:05d}.bin")
 
 
-def read_unit(job: ShardingJob, unit: int, tokenizer, notify) -> dict:
-    """Stage 1: one input file → tokenized documents spilled per shard; returns counts."""
+def unit_documents(job: ShardingJob, unit: int, tokenizer, report: sources.SourceReport,
+                   counts: collections.Counter, notify=lambda n: None) -> Iterator[tuple[int, int, list]]:
+    """Stage 1's reading: ``(j, shard, document)`` for each non-empty tokenized document ``j`` of
+    input ``unit``, in order (`route` picks the shard); counts ``empty_documents`` and
+    ``sentences`` into ``counts`` and bad input into ``report``. The local pool spills what it
+    yields, the Beam pipeline (`input_pipeline.pretraining.beam_pipeline`) emits it keyed by shard."""
     s = job.settings
-    report = sources.SourceReport()
     docs = sources.read_documents(job.units[unit], format=s.format, on_error=s.on_error,
                                   text_field=s.text_field, report=report)
     if s.max_documents_per_file is not None:
         docs = (d for _, d in zip(range(s.max_documents_per_file), docs, strict=False))
-    spills, counts, seen = {}, collections.Counter(), 0
+    seen = 0
+    for j, doc in enumerate(featurize.tokenize_documents(docs, tokenizer)):
+        seen = j + 1
+        if seen % 64 == 0:
+            notify(64)
+        if not doc:
+            counts["empty_documents"] += 1
+            continue
+        counts["sentences"] += len(doc)
+        yield j, route(unit, j, len(job.units), s.num_shards), doc
+    notify(seen % 64)
+
+
+def read_unit(job: ShardingJob, unit: int, tokenizer, notify) -> dict:
+    """Stage 1: one input file → tokenized documents spilled per shard; returns counts."""
+    report, counts, spills = sources.SourceReport(), collections.Counter(), {}
     try:
-        for j, doc in enumerate(featurize.tokenize_documents(docs, tokenizer)):
-            seen = j + 1
-            if seen % 64 == 0:
-                notify(64)
-            if not doc:
-                counts["empty_documents"] += 1
-                continue
-            shard = route(unit, j, len(job.units), s.num_shards)
+        for _, shard, doc in unit_documents(job, unit, tokenizer, report, counts, notify):
             if shard not in spills:
                 spills[shard] = open(_spill_path(job, shard, unit), "wb")  # noqa: SIM115
             featurize.spill_document(spills[shard], doc)
-            counts["sentences"] += len(doc)
-        notify(seen % 64)
     finally:
         for f in spills.values():
             f.close()
     return {"report": report, **counts}
 
 
-def write_shard(job: ShardingJob, shard: int, tokenizer, notify) -> dict:
-    """Stage 2: one shard's documents → instances → (masks) → a complete TFRecord file."""
-    s = job.settings
-    spilled = glob.glob(os.path.join(job.spill_dir, f"s{shard:05d}-u*.bin"))
-    documents = featurize.read_spilled(sorted(spilled))
+def shard_examples(s: Settings, shard: int, documents: list, tokenizer) -> tuple[dict, dict]:
+    """Stage 2 without the file: one shard's documents (in file order) → instances (seeded with
+    `shard_seed`) → static masks → (features [N, ...] as `featurize.build_examples` returns them,
+    counts for the summary)."""
     rng = random.Random(shard_seed(s.random_seed, shard))
     feats = featurize.build_examples(
         documents, tokenizer, objective=s.objective, packing=s.packing,
@@ -147,16 +156,24 @@ def write_shard(job: ShardingJob, shard: int, tokenizer, notify) -> dict:
                                          max_predictions_per_seq=s.max_predictions_per_seq,
                                          whole_word=s.whole_word_mask, ngram=s.ngram)
         feats = featurize.mask_features(feats, tokenizer, cfg, seed=s.random_seed, stream=shard)
-    featurize.write_records(s.shard_path(job.output_dir, shard),
-                              featurize.serialize_features(feats), COMPRESSIONS[s.compression][0])
-    notify(0)
-    return {
+    return feats, {
         "documents": len(documents),
         "examples": len(feats["input_ids"]),
         "tokens": int(feats["input_mask"].sum()),
         "masked_tokens": int(feats["masked_lm_weights"].sum()) if s.masking == "static" else 0,
         "next_sentence_label_1": int(feats["next_sentence_labels"].sum()),
     }
+
+
+def write_shard(job: ShardingJob, shard: int, tokenizer, notify) -> dict:
+    """Stage 2: one shard's spilled documents → `shard_examples` → a complete TFRecord file."""
+    s = job.settings
+    spilled = glob.glob(os.path.join(job.spill_dir, f"s{shard:05d}-u*.bin"))
+    feats, counts = shard_examples(s, shard, featurize.read_spilled(sorted(spilled)), tokenizer)
+    featurize.write_records(s.shard_path(job.output_dir, shard),
+                              featurize.serialize_features(feats), COMPRESSIONS[s.compression][0])
+    notify(0)
+    return counts
 
 
 _WORKER: dict = {}  # per worker process: its tokenizer and progress queue (set by init_worker)

@@ -24,26 +24,26 @@ from pathlib import Path
 import tensorflow as tf
 import tensorflow_text as tf_text
 from sentencepiece import SentencePieceProcessor
-from sentencepiece import sentencepiece_model_pb2 as model_pb2
 
+from input_pipeline.tokenizers.sentencepiece_proto import PIECE_TYPES, model_proto_class
 from input_pipeline.tokenizers.vocab import SPECIAL_TOKENS, VocabError, bert_pair, flags_of, load_vocab, tokens_of
 
 __all__ = ["SentencePieceTokenizer", "WORD_START"]
 
 WORD_START = "\u2581"  # "▁": SentencePiece's mark for a piece that begins a word
-_Piece = model_pb2.ModelProto.SentencePiece
-_SPECIAL_TYPES = {_Piece.CONTROL: "control", _Piece.USER_DEFINED: "user-defined",
-                  _Piece.UNKNOWN: "unknown"}
+_SPECIAL_TYPES = {PIECE_TYPES["CONTROL"]: "control", PIECE_TYPES["USER_DEFINED"]: "user-defined",
+                  PIECE_TYPES["UNKNOWN"]: "unknown"}
+_TYPE_NAMES = {number: name for name, number in PIECE_TYPES.items()}
 # Other spellings of a special token, as ALBERT's spiece.model has them (<pad> = 0, <unk> = 1).
 ALIASES = {"[PAD]": "<pad>", "[UNK]": "<unk>"}
 
 
-def _load_model(path: Path) -> tuple[bytes, model_pb2.ModelProto]:
+def _load_model(path: Path) -> tuple[bytes, object]:
     """The serialized model and its parsed proto; a `VocabError` naming ``path`` if unusable."""
     if not path.is_file():
         raise VocabError(f"{path}: SentencePiece model file not found")
     data = path.read_bytes()
-    proto = model_pb2.ModelProto()
+    proto = model_proto_class()()
     try:
         proto.ParseFromString(data)
     except Exception as e:  # google.protobuf.message.DecodeError
@@ -91,7 +91,7 @@ class SentencePieceTokenizer:
             [not p.startswith(WORD_START) and i not in special for i, p in enumerate(self.vocab)],
             tf.bool)
 
-    def _special_ids(self, proto: model_pb2.ModelProto) -> dict[str, int]:
+    def _special_ids(self, proto) -> dict[str, int]:  # proto: sentencepiece_proto.model_proto_class()
         index = {p.piece: i for i, p in enumerate(proto.pieces)}
         for token, alias in ALIASES.items():
             if token not in index and alias in index:
@@ -107,7 +107,7 @@ class SentencePieceTokenizer:
             kind = proto.pieces[index[token]].type
             if kind not in _SPECIAL_TYPES:
                 raise VocabError(f"{self.model_file}: {token} is an ordinary piece (type "
-                                 f"{_Piece.Type.Name(kind)}), not a control/user-defined symbol")
+                                 f"{_TYPE_NAMES.get(kind, kind)}), not a control/user-defined symbol")
         unk = self._sp.unk_id()
         if unk != index["[UNK]"]:
             raise VocabError(f"{self.model_file}: the unknown piece is {self.vocab[unk]!r} (id {unk}), "
