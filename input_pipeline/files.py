@@ -1,4 +1,5 @@
-"""Writing a finished file in one step: `write_atomically`; `check_output_file` before the work.
+"""Writing a finished file in one step: `write_atomically` (a local path, or a ``gs://`` URL);
+`check_output_file` before the work; `output_dir`, a directory that may be a URL.
 
 (`input_pipeline.package_data` keeps its own copy: it must stay loadable by file path with the
 standard library alone, for `make golden`.)
@@ -25,9 +26,31 @@ def check_output_file(path: str | os.PathLike) -> Path:
     return path
 
 
+def is_url(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a URL (``gs://...``): pathlib would make it ``gs:/...``."""
+    return "://" in os.fspath(path)
+
+
+def output_dir(path: str | os.PathLike):
+    """``path`` as a directory to write into: a Path, or for a URL an ``etils.epath.Path`` (through
+    tf.io.gfile)."""
+    if is_url(path):
+        from etils import epath
+
+        return epath.Path(os.fspath(path))
+    return Path(path)
+
+
 def write_atomically(path: str | os.PathLike, data: bytes) -> Path:
     """``data`` to a temporary file beside ``path`` (mode 0666 less the umask, its directory made),
-    then renamed over it: an interrupted run leaves no half-written file under the final name."""
+    then renamed over it: an interrupted run leaves no half-written file under the final name. A
+    URL (``gs://``) is uploaded in one piece through tf.io.gfile (an object store shows an object only
+    once its upload is complete); its ``epath.Path`` is returned."""
+    if is_url(path):
+        target = output_dir(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        return target
     path = check_output_file(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")

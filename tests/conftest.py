@@ -23,7 +23,7 @@ from typing import NoReturn  # noqa: E402
 import pytest  # noqa: E402
 
 pytest_plugins = ("tests.fixtures.pretraining_data", "tests.fixtures.task_files", "tests.fixtures.multiprocess_job",
-                  "tests.fixtures.fault_runs")
+                  "tests.fixtures.fault_runs", "tests.fixtures.gcs_emulator")
 
 ROOT = Path(__file__).parents[1]
 GOLDEN = Path(__file__).parent / "golden"

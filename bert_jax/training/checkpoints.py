@@ -3,8 +3,10 @@
 Each step directory holds two items: ``state`` (the `TrainState`: step, parameters, optimizer
 state; restored straight into its shardings) and ``meta`` (JSON: the dropout RNG seed, the input
 pipeline's position, the model config, and the state's `fingerprint`). Saves are asynchronous and
-atomic (Orbax writes to a temporary directory and renames), so a killed run never leaves a half
-checkpoint that a resume would pick up; the newest K are kept.
+atomic (Orbax writes to a temporary directory and renames; in a ``gs://`` bucket, which cannot
+rename, a step counts once its ``commit_success.txt`` is written), so a killed run never leaves a
+half checkpoint that a resume would pick up; the newest K are kept. In a bucket Orbax also needs
+the google-cloud-storage package (`require_gcs_client`).
 
 Tensorstore keeps no checksum of array data: a flipped byte in a checkpoint file restores as a
 wrong value without an error (docs/robustness.md). The fingerprint (two wrap-around uint32 sums of
@@ -123,11 +125,26 @@ def _split(stored: Any, target: Any) -> Any:
     return jax.jit(lambda s: from_stored(s, target), out_shardings=shardings)(stored)
 
 
+def require_gcs_client(directory: epath.Path) -> None:
+    """Raises `UserError` if ``directory`` is in a ``gs://`` bucket and google-cloud-storage is not
+    installed: Orbax lists and deletes the checkpoints there after asking the bucket, through that
+    package, whether it has a hierarchical namespace (orbax/checkpoint/_src/path/gcs_utils.py), and
+    orbax-checkpoint does not install it (without it, an ImportError from inside Orbax)."""
+    if not os.fspath(directory).startswith("gs://"):
+        return
+    try:
+        import google.cloud.storage  # noqa: F401
+    except ImportError:
+        raise UserError(f"{directory}: checkpoints in a gs:// bucket need the google-cloud-storage package "
+                        "(Orbax reads the bucket's settings with it): pip install google-cloud-storage") from None
+
+
 class Checkpointer:
     """A thin wrapper over ``ocp.CheckpointManager`` for the trainer."""
 
     def __init__(self, workdir: str | Path, *, keep: int = 3, async_save: bool = True):
         self.directory = as_path(workdir) / "checkpoints"
+        require_gcs_client(self.directory)
         options = ocp.CheckpointManagerOptions(
             preservation_policy=ocp.checkpoint_managers.LatestN(n=keep),
             enable_async_checkpointing=async_save,

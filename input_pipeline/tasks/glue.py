@@ -46,6 +46,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
+from input_pipeline.files import output_dir, write_atomically
 from input_pipeline.tasks.base import TaskDataError, feature_labels
 from input_pipeline.tasks.glue_features import featurize_pairs
 
@@ -291,10 +292,5 @@ class GlueTask:
             values = [self.label_names[int(p)] for p in pred]
         lines = ["index\tprediction"] + [f"{examples[i].index}\t{v}" for i, v in zip(features["example_index"],
                                                                                     values, strict=True)]
-        out_dir = Path(out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        path = out_dir / self.prediction_file(split)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        os.replace(tmp, path)  # never a half-written file under the final name
-        return [path]
+        path = output_dir(out_dir) / self.prediction_file(split)
+        return [write_atomically(path, ("\n".join(lines) + "\n").encode("utf-8"))]  # never a half-written file

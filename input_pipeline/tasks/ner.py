@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
+from input_pipeline.files import output_dir, write_atomically
 from input_pipeline.tasks.base import TaskDataError
 from input_pipeline.tasks.ner_features import featurize_words
 from input_pipeline.tasks.ner_metrics import ner_scores
@@ -251,10 +252,5 @@ class NerTask:
                 lines.append("-DOCSTART- O O\n\n")
             lines.extend(f"{w} {g} {p}\n" for w, g, p in zip(ex.words, ex.tags, tags, strict=True))
             lines.append("\n")
-        out_dir = Path(out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        path = out_dir / f"predictions_{split}.txt"
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text("".join(lines), encoding="utf-8")
-        os.replace(tmp, path)  # never a half-written file under the final name
-        return [path]
+        path = output_dir(out_dir) / f"predictions_{split}.txt"
+        return [write_atomically(path, "".join(lines).encode("utf-8"))]  # never a half-written file

@@ -45,6 +45,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
+from input_pipeline.files import output_dir, write_atomically
 from input_pipeline.tasks.base import TaskDataError, feature_labels, tokenize_texts
 
 log = logging.getLogger(__name__)
@@ -232,13 +233,8 @@ class SentimentTask:
             ex = examples[i]
             gold = "" if ex.label is None else LABEL_NAMES[ex.label]
             lines.append(f"{ex.id}\t{LABEL_NAMES[int(p > 0.5)]}\t{p:.4f}\t{gold}\t{ex.text}")
-        out_dir = Path(out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        path = out_dir / f"{split}_sentiment.tsv"
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        os.replace(tmp, path)  # never a half-written file under the final name
-        return [path]
+        path = output_dir(out_dir) / f"{split}_sentiment.tsv"
+        return [write_atomically(path, ("\n".join(lines) + "\n").encode("utf-8"))]  # never a half-written file
 
 
 def _detect_format(fields: list[str], where: str) -> str:

@@ -275,7 +275,7 @@ class SquadTask:
 
     def write_predictions(self, examples, features, outputs, out_dir: Path, split: str) -> list[Path]:
         preds, nbest, null_odds = self.predict(examples, features, outputs)
-        return write_prediction_files(Path(out_dir), split, preds, nbest, null_odds)
+        return write_prediction_files(out_dir, split, preds, nbest, null_odds)
 
 
 def _field(obj: Any, key: str, kind: type, where: str) -> Any:

@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import tempfile
 import unicodedata
 from pathlib import Path
 
 import numpy as np
+
+from input_pipeline.files import output_dir, write_atomically
 
 _NON_SPACE = re.compile("[^ ]+")
 NO_SPAN_NULL_ODDS = 1e9  # v2.0 null odds of a question whose windows hold no valid answer span
@@ -215,24 +215,12 @@ def compute_predictions(examples, features, start_logits, end_logits, *, vocab: 
 
 def write_prediction_files(out_dir: Path, split: str, predictions: dict, nbest: dict,
                            null_odds: dict | None) -> list[Path]:
-    """predictions.json, nbest_predictions.json (+ null_odds.json) in ``out_dir``; ``{split}_`` prefix
-    unless the split is "dev". Returns the paths."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """predictions.json, nbest_predictions.json (+ null_odds.json) in ``out_dir`` (a local directory or
+    a ``gs://`` URL); ``{split}_`` prefix unless the split is "dev". Returns the paths."""
+    out_dir = output_dir(out_dir)
     prefix = "" if split == "dev" else f"{split}_"
     contents = {"predictions.json": predictions, "nbest_predictions.json": nbest}
     if null_odds is not None:
         contents["null_odds.json"] = null_odds
-    paths = []
-    for name, obj in contents.items():
-        path = out_dir / f"{prefix}{name}"
-        fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{path.name}.")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(obj, f, indent=4)
-                f.write("\n")
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
-        paths.append(path)
-    return paths
+    return [write_atomically(out_dir / f"{prefix}{name}", (json.dumps(obj, indent=4) + "\n").encode("utf-8"))
+            for name, obj in contents.items()]

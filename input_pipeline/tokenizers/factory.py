@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from input_pipeline.files import is_url
 from input_pipeline.tokenizers.bpe import MERGES_TXT, VOCAB_JSON, RobertaBPETokenizer
 from input_pipeline.tokenizers.sentencepiece_model import SentencePieceTokenizer
 from input_pipeline.tokenizers.vocab import VocabError
@@ -28,7 +29,13 @@ VOCAB_TXT = "vocab.txt"
 def load_tokenizer(path_or_dir: str | os.PathLike) -> Tokenizer:
     """A `WordPieceTokenizer` for a vocab.txt, a `SentencePieceTokenizer` for a .model file, a
     `RobertaBPETokenizer` for a vocab.json (merges.txt beside it), or for a directory holding one of
-    them; `VocabError` naming the path otherwise."""
+    them; `VocabError` naming the path otherwise. A URL (``gs://``) must name a WordPiece ``*.txt``."""
+    if is_url(path_or_dir):
+        url = os.fspath(path_or_dir)
+        if not url.endswith(".txt"):
+            raise VocabError(f"{url}: a vocabulary in a bucket must be a WordPiece {VOCAB_TXT} (*.txt); copy "
+                             f"SentencePiece models, byte-level BPE files and vocabulary directories to a local path")
+        return WordPieceTokenizer(url)
     path = Path(path_or_dir)
     if path.is_dir():
         models = sorted(path.glob("*.model"))
