@@ -16,9 +16,10 @@ What it compiles, for the config's step exactly as ``train.py`` builds it (`aot.
    an accumulated step is ``k · (micro-step − update) + update``.
 
 The estimate is a roofline per device: ``max(FLOPs / peak, bytes / HBM bandwidth)`` with the
-published per-chip peaks (`aot.CHIPS`, halved per device on v3). libtpu 0.0.42.1's own
-``optimal_seconds`` is mostly negative; it is used only when the 1- and 2-layer compiles both give a
-positive one and its extrapolation is no faster than the FLOPs at peak (``source`` says which). The
+published per-chip peaks (`aot.CHIPS`, halved per device on v3), unless the compiler's own estimate
+is there: libtpu 0.0.42.1's ``optimal_seconds``, decoded (`aot.compiler_seconds`: it subtracts one
+second per ``ConcatBitcast`` custom call), extrapolated from the 1- and 2-layer compiles, and no
+faster than the FLOPs at peak (``source`` says which). The
 scanned step's own counts the loop body once (BERT-large on v3-2048: 54 ms, below the 130 ms the
 FLOPs need at peak), so it never is. Not in the roofline: the time of collectives over the
 inter-chip links (the data-parallel gradient all-reduce; XLA overlaps it with the backward pass),
@@ -45,12 +46,12 @@ def extrapolate(one: dict, two: dict, layers: int, keys=COST_KEYS) -> dict:
 
 
 def optimal_seconds(one: dict, two: dict, layers: int) -> float | None:
-    """The compiler's ``optimal_seconds`` extrapolated like the costs, when both compiles give a
-    positive one (libtpu 0.0.42.1 mostly does not); never the scanned step's own, which counts the
-    loop body once."""
-    if min(one.get("optimal_seconds", -1), two.get("optimal_seconds", -1)) <= 0:
+    """The compiler's own estimate (``compiler_seconds``: `aot.compiler_seconds`, libtpu's
+    ``optimal_seconds`` decoded) extrapolated like the costs, when both compiles give a positive
+    one; never the scanned step's own, which counts the loop body once."""
+    if min(one.get("compiler_seconds", -1), two.get("compiler_seconds", -1)) <= 0:
         return None
-    return extrapolate(one, two, layers, ("optimal_seconds",))["optimal_seconds"]
+    return extrapolate(one, two, layers, ("compiler_seconds",))["compiler_seconds"]
 
 
 def accumulated(micro: dict, update: dict, steps: int) -> dict:
@@ -67,7 +68,7 @@ def roofline(cost: dict, chip: aot.Chip, optimal_seconds: float | None = None) -
     memory_s = cost["bytes accessed"] / (chip.hbm_bandwidth / per)
     out = {"compute_s": compute_s, "memory_s": memory_s, "bound": "compute" if compute_s >= memory_s else "memory"}
     if optimal_seconds is not None and optimal_seconds >= compute_s:  # below the FLOPs' floor: not an estimate
-        return dict(out, step_s=optimal_seconds, source="compiler optimal_seconds")
+        return dict(out, step_s=optimal_seconds, source="compiler optimal_seconds, decoded")
     return dict(out, step_s=max(compute_s, memory_s), source="roofline of the compiler's cost analysis")
 
 

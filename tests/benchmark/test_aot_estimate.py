@@ -19,9 +19,9 @@ def test_layers_extrapolate_linearly():
 
 
 def test_the_compilers_seconds_extrapolate_only_when_both_are_positive():
-    one, two = {"optimal_seconds": 1.0}, {"optimal_seconds": 1.5}
+    one, two = {"compiler_seconds": 1.0}, {"compiler_seconds": 1.5}
     assert aot_estimate.optimal_seconds(one, two, 24) == pytest.approx(12.5)
-    assert aot_estimate.optimal_seconds(one, {"optimal_seconds": -2.0}, 24) is None
+    assert aot_estimate.optimal_seconds(one, {"compiler_seconds": -2.0}, 24) is None
     assert aot_estimate.optimal_seconds({}, two, 24) is None
 
 
@@ -120,3 +120,10 @@ def test_a_step_that_does_not_fit_gets_no_estimate(monkeypatch):
     assert r["estimate"] is None and len(calls) == 1 and "no time estimate" in aot_estimate.summary(
         dict(r, compiler_error="RESOURCE_EXHAUSTED", chip="TPU v5e", chips=4, mesh={}, model={"size": "large",
              "dtype": "float32", "remat": "none"}))
+
+
+def test_compiler_seconds_add_back_one_second_per_concat_bitcast():
+    """libtpu 0.0.42.1's optimal_seconds charges -1 s per ConcatBitcast custom call (aot.compiler_seconds)."""
+    call = '%c = bf16[8]{0} custom-call(bf16[8]{0} %a), custom_call_target="ConcatBitcast"\n'
+    assert aot.compiler_seconds(-2.99, "ENTRY main {\n" + 3 * call + "}") == pytest.approx(0.01)
+    assert aot.compiler_seconds(0.25, 'custom_call_target="AllocateBuffer"') == 0.25
