@@ -1,7 +1,8 @@
 """create_pretraining_data as an Apache Beam pipeline (input_pipeline/pretraining/beam_pipeline.py) on
 Beam's DirectRunner: the local tool's bytes (static and unmasked, more shards than files, empty
 shards, gzip, the real Wikipedia excerpt), training reads them unchanged, and failures leave
-nothing training would read. The command line with several worker processes is slow-marked."""
+nothing training would read. The failure cases and the command line with several worker processes
+are slow-marked."""
 
 import json
 import os
@@ -102,6 +103,7 @@ def test_beam_on_the_wikipedia_excerpt(minilm_dir, wikipedia_dump, tmp_path):
     assert json.loads((tmp_path / "DirectRunner" / "summary.json").read_text())["documents"] == 12
 
 
+@pytest.mark.slow  # ~10 s (4 pipelines); the fast suite has the empty-corpus case in tests/test_bad_input.py
 def test_beam_failures_leave_nothing_training_reads(tiny_tok, tmp_path, write_token_corpus, monkeypatch):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
