@@ -36,6 +36,7 @@ import collections
 import json
 import logging
 import os
+import shutil
 import tempfile
 import time
 import uuid
@@ -74,8 +75,6 @@ class _WithTokenizer(beam.DoFn):
         self.tokenizer = WordPieceTokenizer(path, lower_case=self.job.lower_case)
 
     def teardown(self):
-        import shutil
-
         shutil.rmtree(getattr(self, "_dir", ""), ignore_errors=True)
 
 
