@@ -1,5 +1,5 @@
 """Writing a finished file in one step: `write_atomically` (a local path, or a ``gs://`` URL);
-`check_output_file` before the work; `output_dir`, a directory that may be a URL.
+`check_output_file` before the work; `path_or_url`, a path that may be a URL.
 
 (`input_pipeline.package_data` keeps its own copy: it must stay loadable by file path with the
 standard library alone, for `make golden`.)
@@ -31,9 +31,9 @@ def is_url(path: str | os.PathLike) -> bool:
     return "://" in os.fspath(path)
 
 
-def output_dir(path: str | os.PathLike):
-    """``path`` as a directory to write into: a Path, or for a URL an ``etils.epath.Path`` (through
-    tf.io.gfile)."""
+def path_or_url(path: str | os.PathLike):
+    """``path`` as a Path, or for a URL an ``etils.epath.Path`` (read and written through
+    tf.io.gfile), which pathlib would turn into a local ``gs:/...``."""
     if is_url(path):
         from etils import epath
 
@@ -47,7 +47,7 @@ def write_atomically(path: str | os.PathLike, data: bytes) -> Path:
     URL (``gs://``) is uploaded in one piece through tf.io.gfile (an object store shows an object only
     once its upload is complete); its ``epath.Path`` is returned."""
     if is_url(path):
-        target = output_dir(path)
+        target = path_or_url(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
         return target

@@ -26,7 +26,8 @@ from flax import nnx
 
 from bert_jax.interop import pretrained
 from bert_jax.model.config import BertConfig
-from bert_jax.training.checkpoints import Checkpointer, as_path, restore_params
+from bert_jax.training.checkpoints import Checkpointer, restore_params
+from input_pipeline.files import path_or_url
 from input_pipeline.package_data import resolve
 
 log = logging.getLogger(__name__)
@@ -79,20 +80,13 @@ def _from_workdir(spec: str, checkpoints: Path, step_dir: Path | None) -> WarmSt
                      lambda model: restore_params(target, model, only="bert", allow_missing=allow))
 
 
-def _path(spec: str) -> Path:
-    """``spec`` (``pkg:`` names resolved) as a path; a URL (``gs://``) as an ``epath.Path``, which
-    pathlib would turn into a local ``gs:/...``."""
-    text = resolve(spec)
-    return as_path(text) if "://" in text else Path(text)
-
-
 def open_init_checkpoint(spec: str) -> WarmStart:
     """Opens ``spec`` (see the module docstring) without loading any weights yet."""
     kind, sep, rest = spec.partition(":")
     if sep and kind in ("hf", "tf", "orbax"):
-        path = _path(rest)
+        path = path_or_url(resolve(rest))
     else:
-        kind, path = "", _path(spec)
+        kind, path = "", path_or_url(resolve(spec))
     if kind in ("", "orbax"):
         root = _workdir_root(path)
         if root is not None:

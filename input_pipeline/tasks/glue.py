@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from input_pipeline.files import output_dir, write_atomically
+from input_pipeline.files import path_or_url, write_atomically
 from input_pipeline.tasks.base import TaskDataError, feature_labels
 from input_pipeline.tasks.glue_features import featurize_pairs
 
@@ -292,5 +292,5 @@ class GlueTask:
             values = [self.label_names[int(p)] for p in pred]
         lines = ["index\tprediction"] + [f"{examples[i].index}\t{v}" for i, v in zip(features["example_index"],
                                                                                     values, strict=True)]
-        path = output_dir(out_dir) / self.prediction_file(split)
+        path = path_or_url(out_dir) / self.prediction_file(split)
         return [write_atomically(path, ("\n".join(lines) + "\n").encode("utf-8"))]  # never a half-written file

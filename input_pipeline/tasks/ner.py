@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from input_pipeline.files import output_dir, write_atomically
+from input_pipeline.files import path_or_url, write_atomically
 from input_pipeline.tasks.base import TaskDataError
 from input_pipeline.tasks.ner_features import featurize_words
 from input_pipeline.tasks.ner_metrics import ner_scores
@@ -252,5 +252,5 @@ class NerTask:
                 lines.append("-DOCSTART- O O\n\n")
             lines.extend(f"{w} {g} {p}\n" for w, g, p in zip(ex.words, ex.tags, tags, strict=True))
             lines.append("\n")
-        path = output_dir(out_dir) / f"predictions_{split}.txt"
+        path = path_or_url(out_dir) / f"predictions_{split}.txt"
         return [write_atomically(path, "".join(lines).encode("utf-8"))]  # never a half-written file

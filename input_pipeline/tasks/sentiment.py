@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from input_pipeline.files import output_dir, write_atomically
+from input_pipeline.files import path_or_url, write_atomically
 from input_pipeline.tasks.base import TaskDataError, feature_labels, tokenize_texts
 
 log = logging.getLogger(__name__)
@@ -233,7 +233,7 @@ class SentimentTask:
             ex = examples[i]
             gold = "" if ex.label is None else LABEL_NAMES[ex.label]
             lines.append(f"{ex.id}\t{LABEL_NAMES[int(p > 0.5)]}\t{p:.4f}\t{gold}\t{ex.text}")
-        path = output_dir(out_dir) / f"{split}_sentiment.tsv"
+        path = path_or_url(out_dir) / f"{split}_sentiment.tsv"
         return [write_atomically(path, ("\n".join(lines) + "\n").encode("utf-8"))]  # never a half-written file
 
 

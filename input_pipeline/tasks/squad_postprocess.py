@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from input_pipeline.files import output_dir, write_atomically
+from input_pipeline.files import path_or_url, write_atomically
 
 _NON_SPACE = re.compile("[^ ]+")
 NO_SPAN_NULL_ODDS = 1e9  # v2.0 null odds of a question whose windows hold no valid answer span
@@ -217,7 +217,7 @@ def write_prediction_files(out_dir: Path, split: str, predictions: dict, nbest: 
                            null_odds: dict | None) -> list[Path]:
     """predictions.json, nbest_predictions.json (+ null_odds.json) in ``out_dir`` (a local directory or
     a ``gs://`` URL); ``{split}_`` prefix unless the split is "dev". Returns the paths."""
-    out_dir = output_dir(out_dir)
+    out_dir = path_or_url(out_dir)
     prefix = "" if split == "dev" else f"{split}_"
     contents = {"predictions.json": predictions, "nbest_predictions.json": nbest}
     if null_odds is not None:

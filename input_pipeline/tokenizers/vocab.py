@@ -10,9 +10,8 @@ the first/every token and then match nothing).
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
-from input_pipeline.files import is_url
+from input_pipeline.files import path_or_url
 
 # Tokens every BERT vocabulary must hold; looked up by name, never assumed to sit at fixed ids.
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -22,25 +21,12 @@ class VocabError(ValueError):
     """A vocabulary file that cannot be used; the message names the file (and line)."""
 
 
-def _read_bytes(path: str | os.PathLike) -> bytes:
-    """``path``'s bytes (a URL through tf.io.gfile); `VocabError` if it is not a file."""
-    if not is_url(path):
-        if not Path(path).is_file():
-            raise VocabError(f"{Path(path)}: vocabulary file not found")
-        return Path(path).read_bytes()
-    import tensorflow as tf
-
-    url = os.fspath(path)
-    if not tf.io.gfile.exists(url) or tf.io.gfile.isdir(url):
-        raise VocabError(f"{url}: vocabulary file not found")
-    with tf.io.gfile.GFile(url, "rb") as f:
-        return f.read()
-
-
 def load_vocab(path: str | os.PathLike) -> list[str]:
     """The tokens of ``path`` (a local path or a ``gs://`` URL) in id order."""
-    data = _read_bytes(path)
-    path = os.fspath(path) if is_url(path) else Path(path)
+    path = path_or_url(path)
+    if not path.is_file():
+        raise VocabError(f"{path}: vocabulary file not found")
+    data = path.read_bytes()
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
     lines = data.split(b"\n")
