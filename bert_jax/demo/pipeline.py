@@ -310,8 +310,9 @@ def finetune(args, data: dict, vocab: str, pretrained: dict[str, Path], report) 
 
 def frozen_probe(args, directory: Path, init: str, vocab: str, settings: dict) -> dict:
     """The frozen-feature probe of a row's starting encoder (`bert_jax.finetuning.probe`: logistic
-    regression on the last layer's [CLS] and mean vectors, weights untouched), on the row's training
-    sentences; kept in ``probe.json`` beside the row's results."""
+    regression on the last layers' token means concatenated, the last layer's mean and its [CLS],
+    weights untouched), on the row's training sentences; kept in ``probe.json`` beside the row's
+    results."""
     from bert_jax.finetuning.probe import probe
 
     path = directory / "probe.json"

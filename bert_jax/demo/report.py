@@ -159,7 +159,9 @@ class Report:
         p = row.get("probe") or {}
         if not p:
             return ""
-        return f"**{p.get('mean', float('nan')):.3f}** (mean), {p.get('cls', float('nan')):.3f} ([CLS])"
+        nan = float("nan")
+        return (f"**{p.get('last4_mean', nan):.3f}** (last layers), {p.get('mean', nan):.3f} (last layer), "
+                f"{p.get('cls', nan):.3f} ([CLS])")
 
     def markdown(self) -> str:
         v = self.vocab
@@ -197,8 +199,10 @@ class Report:
                       f"always answering the majority class scores {self.dev['majority']:.3f} on dev.", ""]
         if any(row.get("probe") for row in self.finetune):
             lines += ["Frozen features: the dev accuracy of a logistic regression on each row's *starting* encoder, "
-                      "weights untouched (the last layer averaged over tokens, and at [CLS]; "
-                      "`python -m bert_jax.finetuning.probe`); the from-scratch row's is the same network at random "
+                      "weights untouched (`python -m bert_jax.finetuning.probe`): the last four hidden layers "
+                      "concatenated (all three of a 2-layer encoder, the embedding output counting as one), each "
+                      "averaged over the sentence's tokens, as the paper's feature-based approach; then the last "
+                      "layer alone, averaged and at [CLS]. The from-scratch row's is the same network at random "
                       "initialisation, so a pre-trained row above it learned features the task can use.", ""]
         dirs = ", ".join(f"`{Path(run.get('dir', '')).name}/`" for run in self.pretrain.values())
         lines += [f"TensorBoard: `tensorboard --logdir {self.workdir}` (pre-training in {dirs}, fine-tuning in "

@@ -82,8 +82,9 @@ def test_report_table(tmp_path):
                                         "rtd_auc": 0.81, "rtd_bce_over_prior": 0.87}}}
     row = dict(seeds=3, per_seed=[0.6, 0.61, 0.62], mean=0.61, steps=891, epochs=3.0, lr=1e-4, batch=32,
                max_train_examples=0, fixed_steps=0)
-    r.finetune = [dict(row, label="tiny, pre-trained here", pooling="mean", probe={"mean": 0.71, "cls": 0.65}),
-                  dict(row, label="tiny, from scratch", probe={"mean": 0.6, "cls": 0.59}),
+    r.finetune = [dict(row, label="tiny, pre-trained here", pooling="mean",
+                       probe={"last4_mean": 0.72, "mean": 0.71, "cls": 0.65}),
+                  dict(row, label="tiny, from scratch", probe={"last4_mean": 0.62, "mean": 0.6, "cls": 0.59}),
                   dict(row, label="all-MiniLM-L6-v2", seeds=1, per_seed=[0.8], mean=0.8, epochs=1.0,
                        steps=94, max_train_examples=3000)]
     r.dev = {"train": 9514, "dev": 1054, "majority": 0.5057}
@@ -91,9 +92,10 @@ def test_report_table(tmp_path):
     assert "Command: `python -m bert_jax.demo --pretrain_steps 10`" in text
     assert "MLM accuracy **0.110** on held-out documents vs. unigram baseline 0.050 (always `the`)" in text
     assert "| 4a. fine-tune tiny, pre-trained here | dev accuracy **0.610** (mean of 3 seeds: 0.600 / 0.610 / " \
-           "0.620; 3 epochs = 891 steps of 32, lr 0.0001; classifier on the mean of the tokens) | **0.710** (mean), " \
-           "0.650 ([CLS]) | 1 min 01 s |" in text
-    assert "lr 0.0001; classifier on the pooled [CLS]) | **0.600** (mean), 0.590 ([CLS]) |" in text
+           "0.620; 3 epochs = 891 steps of 32, lr 0.0001; classifier on the mean of the tokens) | **0.720** (last " \
+           "layers), 0.710 (last layer), 0.650 ([CLS]) | 1 min 01 s |" in text
+    assert "lr 0.0001; classifier on the pooled [CLS]) | **0.620** (last layers), 0.600 (last layer), " \
+           "0.590 ([CLS]) |" in text
     assert "the same network at random initialisation" in text
     assert "(mean of 1 seed: 0.800; 1 epoch = 94 steps of 32 on the first 3,000 training sentences, lr 0.0001" in text
     assert "| total | | | 7 min 10 s |" in text and "5: 0.050, 10: 0.110" in text

@@ -34,6 +34,33 @@ def test_sentence_vectors_pool_real_tokens_only():
     out = fp.sentence_vectors(encoder, {"input_ids": ids, "input_mask": mask, "segment_ids": 0 * ids}, batch_size=1)
     np.testing.assert_allclose(out["cls"], [[2, 2, 2], [2, 2, 2]])
     np.testing.assert_allclose(out["mean"], [[4, 4, 4], [4, 4, 4]])
+    np.testing.assert_allclose(out["last4_mean"], out["mean"])  # one layer: the same vector
+
+
+def test_sentence_vectors_concatenate_the_layers_last_one_last():
+    ids = np.array([[2, 5, 6, 3, 0, 0], [2, 7, 3, 0, 0, 0]], np.int32)
+    mask = (ids > 0).astype(np.int32)
+
+    def encoder(i, m, s):  # [batch, length, K=3, H=2]: layer k holds (k + 1) * token id
+        h = np.stack([(k + 1) * np.repeat(i[..., None].astype(np.float32), 2, -1) for k in range(3)], axis=2)
+        return np.where(m[..., None, None] > 0, h, 1e6)
+
+    out = fp.sentence_vectors(encoder, {"input_ids": ids, "input_mask": mask, "segment_ids": 0 * ids}, batch_size=2)
+    np.testing.assert_allclose(out["last4_mean"], [[4, 4, 8, 8, 12, 12], [4, 4, 8, 8, 12, 12]])
+    np.testing.assert_allclose(out["mean"], [[12, 12], [12, 12]])  # the last layer's
+    np.testing.assert_allclose(out["cls"], [[6, 6], [6, 6]])
+
+
+def test_hidden_layers_fn_takes_the_last_four_or_every_layer_of_a_shallow_encoder():
+    ids = jnp.array([[2, 11, 12, 3, 0, 0]], jnp.int32)
+    mask = (ids > 0).astype(jnp.int32)
+    for layers, expected_k in ((2, 3), (5, 4)):  # 2 blocks + embeddings = 3; 5 blocks: the last 4
+        model = create(fp.EncoderOnly, _tiny(num_layers=layers), seed=0)
+        got = np.asarray(fp.hidden_layers_fn(model)(ids, mask, 0 * ids))  # [1, 6, K, H]
+        hidden = model.bert(ids, mask, 0 * ids, deterministic=True, output_hidden_states=True).hidden_states
+        assert got.shape == (1, 6, expected_k, 32)
+        np.testing.assert_allclose(got[:, :, -1], np.asarray(hidden[-1]), atol=1e-6)
+        np.testing.assert_allclose(got[:, :, 0], np.asarray(hidden[-expected_k]), atol=1e-6)
 
 
 def test_sentence_vectors_batch_by_length_and_keep_the_order():
