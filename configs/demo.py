@@ -32,7 +32,7 @@ with the review task's dev split):
 * the corpus is Wikipedia plus the review task's *training* sentences without their labels (in-domain
   text; `python -m bert_jax.demo --no_task_text` leaves them out), as the demo passes it in
   ``data.input``. The defaults (BERT 400 steps, ELECTRA 250: each about 2 minutes of
-  steps) keep the whole demo near 15 minutes (13 min 45 s to 15 min 41 s with ELECTRA, README);
+  steps) keep the whole demo within 15 minutes (13 min 38 s with ELECTRA; 15 min 41 s on a slower hour, README);
 * dropout 0: a few epochs over the text do not overfit, and dropout costs ~30% of a CPU step;
 * 10% of the documents (every 10th) held out for evaluation, evaluated in full every 100 steps.
 """
