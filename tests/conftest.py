@@ -53,6 +53,22 @@ def shared_compilation_cache(tmp_path_factory):
     jax.config.update("jax_compilation_cache_max_size", 2 * 2**30)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def scratch_under_pytest(tmp_path_factory):
+    """The run's temporary files (``tempfile``'s default directory, and ``TMPDIR`` for the
+    subprocesses tests start) under pytest's own temporary tree, which pytest prunes: what a killed
+    tool cannot clean up (a SIGKILLed ``create_pretraining_data``'s spill directory) and what a
+    library leaves (Beam's DirectRunner leaves an empty ``beam-temp*`` directory per job server,
+    apache_beam/runners/portability/job_server.py) never accumulate in /tmp."""
+    import tempfile
+
+    scratch = str(tmp_path_factory.mktemp("scratch"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(tempfile, "tempdir", scratch)
+        mp.setenv("TMPDIR", scratch)
+        yield scratch
+
+
 # --------------------------------------------------------------------------- real data
 
 

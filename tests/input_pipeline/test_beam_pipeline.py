@@ -6,7 +6,6 @@ are slow-marked."""
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -23,17 +22,6 @@ from input_pipeline.tokenizers.wordpiece import WordPieceTokenizer  # noqa: E402
 
 L, P = 32, 5  # those of the pretraining_data fixture
 ENGINE = ("seconds", "examples_per_second", "tokens_per_second", "num_workers", "runner")
-
-
-@pytest.fixture(autouse=True)
-def _beams_scratch_in_tmp_path(tmp_path_factory, monkeypatch):
-    """Beam's DirectRunner leaves empty ``beam-temp*`` directories in the system temporary
-    directory (its job server's scratch, apache_beam/runners/portability/job_server.py): here they go
-    under pytest's own temporary tree, which pytest prunes, not into /tmp."""
-    scratch = tmp_path_factory.mktemp("beam-scratch")
-    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
-    monkeypatch.setenv("TMPDIR", str(scratch))  # and in the command-line test's subprocesses
-    return scratch
 
 
 def files_of(directory) -> dict[str, bytes]:
