@@ -67,13 +67,15 @@ class ElectraForPreTraining(nnx.Module):
     """Generator + discriminator, trained together in one step."""
 
     def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs, generator_fraction: float = 0.25,
-                 rtd_weight: float = 50.0):
+                 rtd_weight: float = 50.0, rtd_prior: float = 0.0):
+        """``rtd_prior``: the replaced fraction the discriminator's output bias starts at (0: a zero
+        bias, the paper's; `ReplacedTokenHead`)."""
         self.rtd_weight = float(rtd_weight)
         self.bert = BertEncoder(cfg, rngs=rngs)  # the discriminator; owns the shared embeddings
         gen_cfg = electra_generator_config(cfg, generator_fraction)
         self.generator = BertEncoder(gen_cfg, rngs=rngs, with_embeddings=False)
         self.mlm = MaskedLMHead(gen_cfg, rngs=rngs)  # decodes through the shared word embeddings
-        self.rtd = ReplacedTokenHead(cfg, rngs=rngs)
+        self.rtd = ReplacedTokenHead(cfg, rngs=rngs, prior=rtd_prior)
 
     def __call__(self, input_ids, input_mask, segment_ids, masked_lm_positions, masked_lm_ids,
                  masked_lm_weights, *, sample_key, example_ids=None, token_index=None, deterministic=True,

@@ -5,6 +5,8 @@ Axis letters: B batch, L length, P masked positions, D embed, V vocabulary.
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -63,12 +65,23 @@ class ClassificationHead(nnx.Module):
 
 class ReplacedTokenHead(nnx.Module):
     """ELECTRA's discriminator head: dense(embed → embed) → act → dense(embed → 1): a logit per token
-    that it was replaced by the generator."""
+    that it was replaced by the generator.
 
-    def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs):
+    ``prior`` in (0, 1) starts the output bias at its logit, log(p / (1 - p)), so that the untrained
+    head already predicts the replaced fraction (the "prior" initialisation of a classifier's bias
+    in Lin et al., 2017, the focal-loss paper). With a zero bias, the first steps' gradient asks
+    every token's last hidden state to move the same way (down to the prior); at a short warmup
+    that common direction swamps token identity for a while (docs/choices.md, "The
+    discriminator's output bias"). 0, the default, keeps the zero bias of the paper's code."""
+
+    def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs, prior: float = 0.0):
+        if not 0.0 <= prior < 1.0:
+            raise ValueError(f"prior={prior}: expected 0 (zero bias) or a replaced fraction in (0, 1)")
         self.act = ACTIVATIONS[cfg.hidden_act]
         self.dense = dense(cfg, cfg.hidden_size, cfg.hidden_size, (axes.EMBED, None), rngs=rngs)
         self.prediction = dense(cfg, cfg.hidden_size, 1, (axes.EMBED, None), rngs=rngs)
+        if prior:
+            self.prediction.bias[...] = jnp.full((1,), math.log(prior / (1.0 - prior)), cfg.param_dtype)  # [1]
 
     def __call__(self, sequence_output):
         # sequence_output: [batch, length, embed]

@@ -29,7 +29,7 @@ OBJECTIVES = ("nsp", "sop", "none", "rtd")  # rtd: ELECTRA's replaced-token dete
 def pretraining_model(cfg: BertConfig, objective: str, electra: dict | None = None) -> Callable[[int], nnx.Module]:
     """seed -> the pre-training model (what `bert_jax.training.state.state_layout` builds from):
     `BertForPreTraining` for MLM + nsp | sop | none, `ElectraForPreTraining` for "rtd" (``electra``:
-    its generator_fraction and rtd_weight, the job config's ``electra`` block)."""
+    its generator_fraction, rtd_weight and rtd_prior, the job config's ``electra`` block)."""
     if objective == "rtd":
         return lambda seed: ElectraForPreTraining(cfg, rngs=nnx.Rngs(seed), **(electra or {}))
     if electra:

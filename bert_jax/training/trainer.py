@@ -116,13 +116,18 @@ def vocab_size_of(config) -> int:
 
 
 def electra_settings(config) -> dict | None:
-    """``config.electra`` (generator_fraction, rtd_weight) for objective "rtd", else None."""
+    """``config.electra`` (generator_fraction, rtd_weight, rtd_prior) for objective "rtd", else None."""
     if config.objective != "rtd":
         return None
     if "electra" not in config:
         raise ValueError("objective 'rtd' needs config.electra (generator_fraction, rtd_weight): "
                          "use configs/pretrain.py:model=electra")
-    return dict(config.electra)
+    settings = dict(config.electra)
+    prior = settings.get("rtd_prior", 0.0)  # absent from workdirs written before it existed: the zero bias
+    if isinstance(prior, bool) or not isinstance(prior, (int, float)) or not 0.0 <= prior < 1.0:
+        raise ValueError(f"config.electra.rtd_prior={prior!r}: expected 0 (the discriminator's output bias "
+                         "starts at 0) or the replaced fraction it starts at, in (0, 1)")
+    return settings
 
 
 def accumulation_steps(config, mesh: Mesh, rules) -> int:

@@ -13,6 +13,7 @@ from flax import nnx
 from bert_jax.model.config import BertConfig, count_params
 from bert_jax.model.electra import ElectraForPreTraining, electra_generator_config, replace_masked
 from bert_jax.model.encoder import BertEncoder
+from bert_jax.model.heads import ReplacedTokenHead
 from bert_jax.model.models import BertForPreTraining, create
 from bert_jax.training import train_step as ts
 
@@ -212,3 +213,19 @@ def test_electra_loss_is_mlm_plus_weighted_bce_and_sampling_passes_no_gradient()
 def test_rtd_settings_need_the_rtd_objective():
     with pytest.raises(ValueError, match="objective 'rtd'"):
         ts.pretraining_model(BertConfig.from_size("tiny", **TINY), "nsp", dict(rtd_weight=1.0))
+
+
+def test_discriminator_starts_at_the_replaced_fraction():
+    """``rtd_prior`` p starts the output bias at log(p / (1 - p)), so the untrained discriminator
+    already predicts p on every token; 0 keeps the paper's zero bias."""
+    cfg = BertConfig.from_size("tiny", **TINY, use_pooler=False)
+    for prior in (0.15, 0.25):
+        head = ReplacedTokenHead(cfg, rngs=nnx.Rngs(0), prior=prior)
+        np.testing.assert_allclose(float(jax.nn.sigmoid(head.prediction.bias[0])), prior, rtol=1e-6)
+    assert float(ReplacedTokenHead(cfg, rngs=nnx.Rngs(0)).prediction.bias[0]) == 0.0
+    with pytest.raises(ValueError, match="prior=1.5"):
+        ReplacedTokenHead(cfg, rngs=nnx.Rngs(0), prior=1.5)
+    model = ElectraForPreTraining(cfg, rngs=nnx.Rngs(0), rtd_prior=0.15)
+    b = electra_batch()
+    p = jax.nn.sigmoid(run(model, b).rtd_logits)[b["input_mask"] > 0]  # [real tokens]
+    assert abs(float(p.mean()) - 0.15) < 0.02, float(p.mean())

@@ -145,6 +145,16 @@ def test_every_config_builds_abstractly(load_config):
         load_config("pretrain", "model=xlnet")
 
 
+def test_electra_settings_name_a_bad_prior(load_config):
+    c = load_config("pretrain", "model=electra,runlocal")
+    assert trainer.electra_settings(c) == {"generator_fraction": 0.25, "rtd_weight": 50.0, "rtd_prior": 0.0}
+    c.electra.rtd_prior = 0.15
+    assert trainer.electra_settings(c)["rtd_prior"] == 0.15
+    c.electra.rtd_prior = 1.5
+    with pytest.raises(ValueError, match=r"config.electra.rtd_prior=1.5: expected 0 .* in \(0, 1\)"):
+        trainer.electra_settings(c)
+
+
 @pytest.mark.slow
 def test_train_py_runlocal_trains_checkpoints_and_resumes(tmp_path):
     """The issue's command on the gensim Wikipedia excerpt (shortened): the loss falls, checkpoints
