@@ -10,6 +10,7 @@ import optax
 import pytest
 from flax import nnx
 
+from bert_jax.model import electra
 from bert_jax.model.config import BertConfig, count_params
 from bert_jax.model.electra import ElectraForPreTraining, electra_generator_config, replace_masked
 from bert_jax.model.encoder import BertEncoder
@@ -215,7 +216,7 @@ def test_rtd_settings_need_the_rtd_objective():
         ts.pretraining_model(BertConfig.from_size("tiny", **TINY), "nsp", dict(rtd_weight=1.0))
 
 
-def test_discriminator_starts_at_the_replaced_fraction():
+def test_discriminator_starts_at_the_replaced_fraction(monkeypatch):
     """``rtd_prior`` p starts the output bias at log(p / (1 - p)), so the untrained discriminator
     already predicts p on every token; 0 keeps the paper's zero bias."""
     cfg = BertConfig.from_size("tiny", **TINY, use_pooler=False)
@@ -225,7 +226,12 @@ def test_discriminator_starts_at_the_replaced_fraction():
     assert float(ReplacedTokenHead(cfg, rngs=nnx.Rngs(0)).prediction.bias[0]) == 0.0
     with pytest.raises(ValueError, match="prior=1.5"):
         ReplacedTokenHead(cfg, rngs=nnx.Rngs(0), prior=1.5)
-    model = ElectraForPreTraining(cfg, rngs=nnx.Rngs(0), rtd_prior=0.15)
-    b = electra_batch()
-    p = jax.nn.sigmoid(run(model, b).rtd_logits)[b["input_mask"] > 0]  # [real tokens]
+    head = ReplacedTokenHead(cfg, rngs=nnx.Rngs(0), prior=0.15)
+    hidden = jax.random.normal(jax.random.key(1), (4, 16, cfg.hidden_size))  # [batch, length, embed], LayerNorm'd-like
+    p = jax.nn.sigmoid(jax.jit(lambda h: head(h))(hidden))  # [batch, length]
     assert abs(float(p.mean()) - 0.15) < 0.02, float(p.mean())
+    built = []  # the setting reaches the discriminator's head (built abstractly: an eager build costs ~6 s)
+    monkeypatch.setattr(electra, "ReplacedTokenHead",
+                        lambda *a, **kw: built.append(kw["prior"]) or ReplacedTokenHead(*a, **kw))
+    nnx.eval_shape(lambda: ElectraForPreTraining(cfg, rngs=nnx.Rngs(0), rtd_prior=0.15))
+    assert built == [0.15]
