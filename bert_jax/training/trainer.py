@@ -123,7 +123,7 @@ def electra_settings(config) -> dict | None:
         raise ValueError("objective 'rtd' needs config.electra (generator_fraction, rtd_weight): "
                          "use configs/pretrain.py:model=electra")
     settings = dict(config.electra)
-    prior = settings.get("rtd_prior", 0.0)  # absent from workdirs written before it existed: the zero bias
+    prior = settings.get("rtd_prior", 0.0)  # a hand-written config from before the key: the zero bias
     if isinstance(prior, bool) or not isinstance(prior, (int, float)) or not 0.0 <= prior < 1.0:
         raise ValueError(f"config.electra.rtd_prior={prior!r}: expected 0 (the discriminator's output bias "
                          "starts at 0) or the replaced fraction it starts at, in (0, 1)")
