@@ -26,7 +26,7 @@ from bert_jax.interop.families import family
 from bert_jax.model.config import BertConfig
 from bert_jax.model.electra import ElectraDiscriminator, ElectraForPreTraining, electra_generator_config
 from bert_jax.model.encoder import BertEncoder
-from bert_jax.model.models import BertForPreTraining, create
+from bert_jax.model.models import BertForPreTraining, create_abstract
 from bert_jax.model.weights import load_params
 from bert_jax.training.checkpoints import read_tree
 
@@ -142,28 +142,35 @@ def read_checkpoint(spec: str) -> Checkpoint:
     return readers[kind](path)
 
 
-def build_model(ckpt: Checkpoint, *, with_heads: bool = True, seed: int = 0,
-                config: BertConfig | None = None) -> nnx.Module:
+def build_model(ckpt: Checkpoint, *, with_heads: bool = True, config: BertConfig | None = None) -> nnx.Module:
     """The encoder (plus the checkpoint's pre-training heads when ``with_heads``), loaded strictly:
     an ELECTRA discriminator (rtd head) is an `ElectraDiscriminator`; an MLM head makes a
     `BertForPreTraining` whose objective is "nsp" (BERT), "sop" (ALBERT) or "none" (no pair head:
     RoBERTa, an ELECTRA generator); otherwise a `BertEncoder`.
 
     ``config`` may override execution fields (dtype, scan_layers, dropout); the shapes must agree.
+    The model is built abstractly and every parameter comes from the checkpoint: no random
+    initialisation is compiled or run (for a tiny model on CPU that was most of the load's time).
     """
     cfg = config or ckpt.config
     if with_heads and ckpt.heads["rtd"]:
-        model = create(ElectraDiscriminator, cfg, seed=seed)
+        model = create_abstract(ElectraDiscriminator, cfg)
     elif with_heads and ckpt.heads["mlm"]:
         objective = family(ckpt.model_type).pair_head if ckpt.heads["nsp"] else "none"
-        model = create(BertForPreTraining, cfg, seed=seed, objective=objective)
+        model = create_abstract(BertForPreTraining, cfg, objective=objective)
     else:
-        model = create(BertEncoder, cfg, seed=seed)
-    load_into(ckpt, model, only=None if with_heads else "bert")
+        model = create_abstract(BertEncoder, cfg)
+    _all_loaded(load_into(ckpt, model, only=None if with_heads else "bert"), ckpt.path)
     return model
 
 
-def build_electra(discriminator: Checkpoint, generator: Checkpoint, *, seed: int = 0,
+def _all_loaded(untouched: list[str], where) -> None:
+    """An abstractly built model must have had every parameter loaded."""
+    if untouched:
+        raise ValueError(f"{where}: parameters not in the checkpoint: {', '.join(sorted(untouched))}")
+
+
+def build_electra(discriminator: Checkpoint, generator: Checkpoint, *,
                   config: BertConfig | None = None) -> ElectraForPreTraining:
     """Both ELECTRA networks (what pre-training trains) from HF's ``ElectraForPreTraining`` and
     ``ElectraForMaskedLM`` directories, loaded strictly. The generator's config must be
@@ -194,8 +201,8 @@ def build_electra(discriminator: Checkpoint, generator: Checkpoint, *, seed: int
                for k, v in gen.items() if not k.startswith("bert/embeddings/")}
     names = disc_names | {("generator/" + k.removeprefix("bert/") if k.startswith("bert/") else k): v
                           for k, v in gen_names.items() if not k.startswith("bert/embeddings/")}
-    model = create(ElectraForPreTraining, cfg, seed=seed, generator_fraction=fraction)
-    load_params(model, params, where=where, unmatched=[*disc_extra, *gen_extra], names=names)
+    model = create_abstract(ElectraForPreTraining, cfg, generator_fraction=fraction)
+    _all_loaded(load_params(model, params, where=where, unmatched=[*disc_extra, *gen_extra], names=names), where)
     return model
 
 

@@ -116,3 +116,11 @@ def create(model_cls, cfg: BertConfig, *args, seed: int = 0, **kwargs) -> nnx.Mo
     one XLA program; eager initialisation dispatches op by op and is several times slower on CPU.
     The parameters are identical to the eager construction's."""
     return nnx.jit(lambda: model_cls(cfg, *args, rngs=nnx.Rngs(seed), **kwargs))()
+
+
+def create_abstract(model_cls, cfg: BertConfig, *args, **kwargs) -> nnx.Module:
+    """``model_cls(cfg, *args, ...)`` with every parameter a ``jax.ShapeDtypeStruct``: nothing is
+    initialised, allocated or compiled. For a model whose every parameter is then loaded
+    (`bert_jax.model.weights.load_params` fills them in place): released weights load without
+    first compiling and running a random initialisation of the same size."""
+    return nnx.eval_shape(lambda: model_cls(cfg, *args, rngs=nnx.Rngs(0), **kwargs))

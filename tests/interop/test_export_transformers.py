@@ -71,7 +71,7 @@ HF_OUTPUTS = {"albert": {"mlm": "prediction_logits", "pair": "sop_logits"},
 
 @pytest.mark.slow
 def test_transformers_loads_family_exports(family_golden, tmp_path):
-    """A fresh (not the golden's) model of each family, every parameter perturbed, exported: HF's
+    """The golden's model of each family, every parameter perturbed, exported: HF's
     ``from_pretrained`` finds every weight it needs and computes our logits (1e-4, real positions)."""
     if not GOLDEN_PY.exists():
         pytest.skip(f"{GOLDEN_PY} missing: run `make golden`")
@@ -79,7 +79,7 @@ def test_transformers_loads_family_exports(family_golden, tmp_path):
     for i, network in enumerate(HF_OUTPUTS):
         g = family_golden(network)
         ckpt = pretrained.read_checkpoint(f"hf:{g.directory}")
-        model = pretrained.build_model(ckpt, seed=40 + i)  # the golden's architecture, its own weights
+        model = pretrained.build_model(ckpt)  # the golden's architecture and weights, perturbed below
         params = nnx.state(model, nnx.Param)
         leaves, tree = jax.tree.flatten(params)
         keys = jax.random.split(jax.random.key(i), len(leaves))

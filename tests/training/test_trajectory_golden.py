@@ -66,19 +66,8 @@ def golden(golden_file):
         return dict(g)
 
 
-@pytest.fixture
-def abstract_create(monkeypatch):
-    """`bert_jax.interop.pretrained`'s readers build their model abstractly (``nnx.eval_shape``): the
-    strict loader then sets every parameter (the test checks that none is left abstract), and the
-    random initialisation — a compiled XLA program, seconds on 2 cores — is skipped."""
-
-    def create(model_cls, cfg, *args, seed: int = 0, **kwargs):
-        return nnx.eval_shape(lambda: model_cls(cfg, *args, rngs=nnx.Rngs(seed), **kwargs))
-
-    monkeypatch.setattr(pretrained, "create", create)
-
-
 def initial_params(model: nnx.Module) -> dict:
+    """The loaded model's parameters; `pretrained` builds it abstractly, so none may be left abstract."""
     params = nnx.state(model, nnx.Param).to_pure_dict()
     left = [jax.tree_util.keystr(p) for p, v in jax.tree_util.tree_leaves_with_path(params)
             if isinstance(v, jax.ShapeDtypeStruct)]
@@ -159,7 +148,7 @@ def test_golden_exercises_what_it_should(golden):
     assert 0 < g["electra_rtd_replaced_fraction"].min() and g["electra_rtd_replaced_fraction"].max() < 0.5
 
 
-def test_bert_trajectory_matches_pytorch(golden, tmp_path, abstract_create):
+def test_bert_trajectory_matches_pytorch(golden, tmp_path):
     """``BertForPreTraining`` (MLM + NSP): 20 steps of bert-jax's train step and optimizer."""
     g = golden
     ckpt = read_checkpoint(g, "bert_", tmp_path / "bert")
@@ -186,7 +175,7 @@ def electra_step(state, batch, rng, sampled, **kw):
     return out
 
 
-def test_electra_trajectory_matches_pytorch(golden, tmp_path, abstract_create):
+def test_electra_trajectory_matches_pytorch(golden, tmp_path):
     """ELECTRA's generator + discriminator (shared embeddings, rtd_weight 50): 20 steps."""
     g = golden
     disc = read_checkpoint(g, "disc_", tmp_path / "discriminator")
