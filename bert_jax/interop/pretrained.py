@@ -150,7 +150,8 @@ def build_model(ckpt: Checkpoint, *, with_heads: bool = True, config: BertConfig
 
     ``config`` may override execution fields (dtype, scan_layers, dropout); the shapes must agree.
     The model is built abstractly and every parameter comes from the checkpoint: no random
-    initialisation is compiled or run (for a tiny model on CPU that was most of the load's time).
+    initialisation is compiled or run (all-MiniLM-L6-v2's encoder on 2 CPU cores, no compilation
+    cache, 2026-11-26: 4.7-5.7 s to build and load with one, 0.6 s without).
     """
     cfg = config or ckpt.config
     if with_heads and ckpt.heads["rtd"]:
