@@ -1,0 +1,144 @@
+r"""What attention costs in the TPU compiler's estimate, and what a fused kernel would change: the
+attention core alone (scores, padding mask, softmax, dropout on the probabilities, context; forward
+and backward) for one chip's share of a batch, compiled by libtpu for a TPU topology (no TPU needed;
+needs ``libtpu``, like `bert_jax.benchmark.aot`).
+
+    python -m bert_jax.benchmark.aot_attention --topology v5p-8 [--size large] [--rows 64] \
+        [--seq_len 128] [--attention_dropout 0.1] [--output attention.jsonl]
+
+Three variants, each compiled on one device of the topology:
+
+* ``xla``: the encoder's attention as `bert_jax.model.layers` computes it with attention dropout
+  (the explicit einsums; dropout on the [rows, heads, T, S] probabilities, ``jax.random.bernoulli``);
+* ``xla_no_dropout``: the same without dropout (what ``jax.nn.dot_product_attention`` computes on XLA);
+* ``splash``: Pallas splash attention for the TPU
+  (``jax.experimental.pallas.ops.tpu.splash_attention``; no dropout: the kernel has none; padding
+  as segment ids).
+
+Per variant: libtpu's estimate (``compiler_ms``, decoded as `aot.compiler_seconds`), the cost
+analysis's FLOPs and bytes, and ``step_share_ms``: the estimate times the encoder's layers, the
+attention's part of one step at that many rows per chip. The cost analysis does not look inside a
+Mosaic kernel (the splash row's FLOPs are those of the code around it, not the kernel's), so its
+estimate is the compiler's guess at a custom call, not a price; the XLA rows bound what any
+attention kernel could save: at most their whole ``step_share_ms``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import math
+
+from bert_jax.benchmark import aot
+from input_pipeline import cli
+
+VARIANTS = ("xla", "xla_no_dropout", "splash")
+
+
+def xla_attention(q, k, v, mask, key, *, rate: float):
+    """The attention core of `bert_jax.model.layers` (explicit path). q, k, v: [rows, T, heads, head_dim];
+    mask: int [rows, T], 1 = real token; key: a PRNG key for the dropout."""
+    import jax
+    import jax.numpy as jnp
+
+    logits = jnp.einsum("BTNH,BSNH->BNTS", q, k) / math.sqrt(q.shape[-1])  # [rows, heads, T, S]
+    logits = jnp.where(mask[:, None, None, :] > 0, logits.astype(jnp.float32), jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(logits, axis=-1).astype(q.dtype)  # [rows, heads, T, S]
+    if rate:
+        keep = jax.random.bernoulli(key, 1.0 - rate, probs.shape)
+        probs = jnp.where(keep, probs / (1.0 - rate), 0.0).astype(q.dtype)
+    return jnp.einsum("BNTS,BSNH->BTNH", probs, v)  # [rows, T, heads, head_dim]
+
+
+def splash_attention(q, k, v, mask, key, *, rate: float = 0.0):
+    """Pallas splash attention (TPU only), the same inputs; padding as segment ids (real tokens
+    attend to real tokens). No dropout."""
+    import jax
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
+
+    del key, rate
+    rows, length, heads, head_dim = q.shape
+    block = min(length, 128)
+    kernel = sk.make_splash_mha(
+        sm.MultiHeadMask([sm.FullMask((length, length)) for _ in range(heads)]), head_shards=1, q_seq_shards=1,
+        block_sizes=sk.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block, block_q_dkv=block,
+                                  block_kv_dkv=block, block_kv_dkv_compute=block, block_q_dq=block, block_kv_dq=block))
+
+    def one(q, k, v, segments):  # [T, heads, head_dim] each; the kernel takes [heads, T, head_dim]
+        out = kernel(q.transpose(1, 0, 2) / math.sqrt(head_dim), k.transpose(1, 0, 2), v.transpose(1, 0, 2),
+                     segment_ids=segments)
+        return out.transpose(1, 0, 2)
+
+    return jax.vmap(one)(q, k, v, sk.SegmentIds(q=mask, kv=mask))  # [rows, T, heads, head_dim]
+
+
+def compile_variant(variant: str, device, rows: int, length: int, heads: int, head_dim: int, rate: float) -> dict:
+    """One variant's forward + backward compiled on ``device``: estimate, FLOPs, bytes."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import SingleDeviceSharding
+
+    fn = {"xla": functools.partial(xla_attention, rate=rate),
+          "xla_no_dropout": functools.partial(xla_attention, rate=0.0), "splash": splash_attention}[variant]
+
+    def loss(q, k, v, mask, key):
+        return (fn(q, k, v, mask, jax.random.wrap_key_data(key)).astype(jnp.float32) ** 2).mean()
+
+    on = SingleDeviceSharding(device)
+    x = jax.ShapeDtypeStruct((rows, length, heads, head_dim), jnp.bfloat16, sharding=on)
+    mask = jax.ShapeDtypeStruct((rows, length), jnp.int32, sharding=on)
+    key = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=on)
+    compiled = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2))).lower(x, x, x, mask, key).compile()
+    cost = compiled.cost_analysis() or {}
+    cost = cost[0] if isinstance(cost, list | tuple) else cost
+    seconds = (aot.compiler_seconds(float(cost["optimal_seconds"]), compiled.as_text())
+               if "optimal_seconds" in cost else None)
+    return {"variant": variant, "compiler_ms": None if seconds is None else round(seconds * 1e3, 4),
+            "flops": float(cost.get("flops", 0.0)), "bytes": float(cost.get("bytes accessed", 0.0))}
+
+
+def main(argv=None) -> list[dict]:
+    from bert_jax.model.config import BertConfig
+
+    p = cli.ArgumentParser(prog="python -m bert_jax.benchmark.aot_attention",
+                           description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--topology", required=True, help="e.g. v5p-8, v4-8, v5e-8")
+    p.add_argument("--size", default="large", help="the BERT size: its heads, head width and layers (default large)")
+    p.add_argument("--rows", type=int, default=64, help="rows per chip (phase 1 at batch 256 on 4 chips: 64)")
+    p.add_argument("--seq_len", type=int, default=128)
+    p.add_argument("--attention_dropout", type=float, default=0.1, help="the xla variant's dropout rate")
+    p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
+    p.add_argument("--output", default="", help="append the rows as JSON lines to this file")
+    args = p.parse_args(argv)
+    variants = [v for v in args.variants.split(",") if v]
+    if bad := [v for v in variants if v not in VARIANTS]:
+        p.error(f"--variants: unknown {', '.join(bad)}; expected some of {', '.join(VARIANTS)}")
+    if args.rows < 1 or args.seq_len < 1:
+        p.error(f"--rows {args.rows} --seq_len {args.seq_len}: expected positive numbers")
+    if not 0.0 <= args.attention_dropout < 1.0:
+        p.error(f"--attention_dropout {args.attention_dropout}: expected a rate in [0, 1)")
+    try:
+        cfg = BertConfig.from_size(args.size)
+    except (KeyError, ValueError) as e:
+        p.error(f"--size {args.size!r}: {cli.message(e)}")
+    chip, name, devices = aot.tpu_devices(args.topology)
+    rows = []
+    for variant in variants:
+        r = compile_variant(variant, devices[0], args.rows, args.seq_len, cfg.num_heads, cfg.head_dim,
+                            args.attention_dropout)
+        r.update(topology=args.topology, size=args.size, layers=cfg.num_layers, rows=args.rows, seq_len=args.seq_len,
+                 attention_dropout=args.attention_dropout if variant == "xla" else 0.0,
+                 step_share_ms=None if r["compiler_ms"] is None else round(r["compiler_ms"] * cfg.num_layers, 2))
+        print(f"{variant:15s} {r['compiler_ms']} ms per layer (x {cfg.num_layers} layers: {r['step_share_ms']} ms), "
+              f"{r['flops'] / 1e9:.2f} GFLOP, {r['bytes'] / 1e6:.0f} MB", flush=True)
+        rows.append(r)
+    if args.output:
+        with open(args.output, "a") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rows)
+    return rows
+
+
+if __name__ == "__main__":
+    cli.run(main)
