@@ -35,6 +35,9 @@ CLIS = {
                                         ["--config", "--topology", "--steps"],
                                         ["--config", "configs/pretrain.py:size=tiny", "--topology", "v2-8"],
                                         "--topology 'v2-8'"),
+    "bert_jax.benchmark.aot_attention": (["-m", "bert_jax.benchmark.aot_attention"],
+                                         ["--topology", "--size", "--rows", "--variants"],
+                                         ["--topology", "v2-8"], "--topology 'v2-8'"),
     "bert_jax.benchmark.finetune": (["-m", "bert_jax.benchmark.finetune"], ["--lengths", "--modes", "--vocab"],
                                     ["--size", "tiny", "--vocab", "{tmp}/vocab.txt"], "{tmp}/vocab.txt"),
     "bert_jax.benchmark.processes": (["-m", "bert_jax.benchmark.processes"], ["--rounds", "--references"],
@@ -97,6 +100,7 @@ def test_the_table_has_every_entry_point():
 IN_PROCESS = {
     "bert_jax.benchmark": "bert_jax.benchmark.command", "bert_jax.benchmark.aot": "bert_jax.benchmark.aot",
     "bert_jax.benchmark.aot_estimate": "bert_jax.benchmark.aot_estimate",
+    "bert_jax.benchmark.aot_attention": "bert_jax.benchmark.aot_attention",
     "bert_jax.benchmark.finetune": "bert_jax.benchmark.finetune",
     "bert_jax.benchmark.processes": "bert_jax.benchmark.processes",
     "bert_jax.benchmark.pipeline": "bert_jax.benchmark.pipeline",
