@@ -1,10 +1,9 @@
 """The attention cost tool (bert_jax/benchmark/aot_attention.py): its XLA attention core computes
-what the encoder's attention computes, its arguments fail with one line, and (with libtpu, `pip
+what the encoder's attention computes, and (with libtpu, `pip
 install -e '.[tpu]'`; skipped without) each variant compiles for a TPU and the dropout-free core's
-FLOPs are the matmuls'."""
+FLOPs are the matmuls'. Its argument errors are in tests/fixtures/bad_inputs.py."""
 
 import importlib.util
-import re
 
 import jax
 import jax.numpy as jnp
@@ -26,21 +25,6 @@ def test_xla_core_is_masked_attention():
     np.testing.assert_allclose(got, want, atol=1e-5)
     dropped = aot_attention.xla_attention(q, k, v, mask, jax.random.key(0), rate=0.5)
     assert not np.allclose(dropped, got)  # the dropout is applied
-
-
-@pytest.mark.parametrize("argv, message", [
-    (["--topology", "v5p-8", "--variants", "xla,flash"], "--variants: unknown flash"),
-    (["--topology", "v5p-8", "--rows", "0"], "expected positive numbers"),
-    (["--topology", "v5p-8", "--attention_dropout", "1"], r"expected a rate in \[0, 1\)"),
-    (["--topology", "v5p-8", "--size", "huge"], "unknown model size 'huge'"),
-])
-def test_bad_arguments_are_one_line(argv, message, capsys):
-    with pytest.raises(SystemExit) as e:
-        aot_attention.main(argv)
-    assert e.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert err.startswith("error: ") and err.endswith("(see python -m bert_jax.benchmark.aot_attention --help)")
-    assert re.search(message, err), err
 
 
 @needs_libtpu
