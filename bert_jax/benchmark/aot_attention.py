@@ -8,8 +8,8 @@ needs ``libtpu``, like `bert_jax.benchmark.aot`).
 
 Three variants, each compiled on one device of the topology:
 
-* ``xla``: the encoder's attention as `bert_jax.model.layers` computes it with attention dropout
-  (the explicit einsums; dropout on the [rows, heads, T, S] probabilities, ``jax.random.bernoulli``);
+* ``xla``: the encoder's attention with attention dropout (`bert_jax.model.layers.explicit_attention`:
+  the einsums; dropout on the [rows, heads, T, S] probabilities, ``jax.random.bernoulli``);
 * ``xla_no_dropout``: the same without dropout (what ``jax.nn.dot_product_attention`` computes on XLA);
 * ``splash``: Pallas splash attention for the TPU
   (``jax.experimental.pallas.ops.tpu.splash_attention``; no dropout: the kernel has none; padding
@@ -37,18 +37,17 @@ VARIANTS = ("xla", "xla_no_dropout", "splash")
 
 
 def xla_attention(q, k, v, mask, key, *, rate: float):
-    """The attention core of `bert_jax.model.layers` (explicit path). q, k, v: [rows, T, heads, head_dim];
-    mask: int [rows, T], 1 = real token; key: a PRNG key for the dropout."""
-    import jax
-    import jax.numpy as jnp
+    """The encoder's explicit attention (`bert_jax.model.layers.explicit_attention`, the model's
+    `Dropout` drawing with ``jax.random.bernoulli`` as on accelerators). q, k, v: [rows, T, heads,
+    head_dim]; mask: int [rows, T], 1 = real token; key: a PRNG key for the dropout."""
+    from flax import nnx
 
-    logits = jnp.einsum("BTNH,BSNH->BNTS", q, k) / math.sqrt(q.shape[-1])  # [rows, heads, T, S]
-    logits = jnp.where(mask[:, None, None, :] > 0, logits.astype(jnp.float32), jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(logits, axis=-1).astype(q.dtype)  # [rows, heads, T, S]
-    if rate:
-        keep = jax.random.bernoulli(key, 1.0 - rate, probs.shape)
-        probs = jnp.where(keep, probs / (1.0 - rate), 0.0).astype(q.dtype)
-    return jnp.einsum("BNTS,BSNH->BTNH", probs, v)  # [rows, T, heads, head_dim]
+    from bert_jax.model.dropout import Dropout
+    from bert_jax.model.layers import explicit_attention
+
+    ctx, _ = explicit_attention(q, k, v, mask[:, None, None, :] > 0, Dropout(rate, "jax"), deterministic=not rate,
+                                rngs=nnx.Rngs(dropout=key))
+    return ctx  # [rows, T, heads, head_dim]
 
 
 def splash_attention(q, k, v, mask, key, *, rate: float = 0.0):

@@ -64,6 +64,17 @@ def dense(cfg: BertConfig, din: int, dout: int, names: tuple, *, rngs: nnx.Rngs)
     )
 
 
+
+def explicit_attention(q, k, v, mask, dropout: Dropout, *, deterministic: bool = True, rngs=None):
+    """Attention as einsums, with dropout on the probabilities (what fused kernels cannot do).
+    q, k, v: [batch, length, heads, kv]; mask: bool, broadcastable to [batch, heads, T, S], True =
+    attend. Returns the context [batch, length, heads, kv] and the probabilities [batch, heads, T, S]."""
+    logits = jnp.einsum("BTNH,BSNH->BNTS", q, k) / math.sqrt(q.shape[-1])
+    logits = jnp.where(mask, logits.astype(jnp.float32), jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(logits, axis=-1).astype(q.dtype)  # [batch, heads, T, S]
+    dropped = dropout(probs, deterministic=deterministic, rngs=rngs)
+    return jnp.einsum("BNTS,BSNH->BTNH", dropped, v), probs  # [batch, length, heads, kv]
+
 class Embeddings(nnx.Module):
     """word + absolute position + token-type embeddings → LayerNorm → dropout, all ``cfg.embed_dim``
     (E) wide; positions start at ``cfg.position_offset``. With one token type (RoBERTa) segment ids
@@ -142,11 +153,7 @@ class SelfAttention(nnx.Module):
         needs_dropout = not deterministic and cfg.attention_dropout_prob > 0.0
         probs = None
         if return_probs or needs_dropout or cfg.attention_impl == "explicit":
-            logits = jnp.einsum("BTNH,BSNH->BNTS", q, k) / math.sqrt(cfg.head_dim)
-            logits = jnp.where(mask, logits.astype(jnp.float32), jnp.finfo(jnp.float32).min)
-            probs = jax.nn.softmax(logits, axis=-1).astype(q.dtype)  # [batch, heads, T, S]
-            dropped = self.dropout(probs, deterministic=deterministic, rngs=rngs)
-            ctx = jnp.einsum("BNTS,BSNH->BTNH", dropped, v)  # [batch, length, heads, kv]
+            ctx, probs = explicit_attention(q, k, v, mask, self.dropout, deterministic=deterministic, rngs=rngs)
         else:
             impl = attention_call(cfg.attention_impl, mask_kind(mask.shape))
             if impl == "cudnn":  # flash attention, padding as key lengths
