@@ -211,6 +211,10 @@ def _run(config, j) -> dict:
     block = sh.process_block(mesh, rules, config.batch_size)
     data = make_input(config, "train", block)
     eval_data = _eval_input(config, block)
+    # Every evaluation reads the same held-out batches (the same dynamic masks too): a step's
+    # numbers then depend on its parameters alone, not on how many evaluations came before it (the
+    # cadence, a resume), and the collapse warning compares like with like against step 0.
+    eval_start = eval_data.state() if eval_data is not None else None
     ckpt = Checkpointer(workdir, keep=config.keep_checkpoints)
     writer = MetricWriter(workdir, enabled=is_main)
     place = unpadded(functools.partial(sh.global_batch, mesh=mesh, rules=rules), config, mesh, rules,
@@ -234,6 +238,8 @@ def _run(config, j) -> dict:
                                        advice=health.advice(config.optimizer))
 
         def evaluate_and_log(state, step: int) -> bool:
+            if eval_data.state() != eval_start:
+                eval_data.restore(eval_start)
             result = evaluate(steps.eval_fn, state, eval_data, config.eval_steps, mesh, rules, preemption.arrived)
             if result is None:  # interrupted by a signal: the loop saves this step and stops
                 return False

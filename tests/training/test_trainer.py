@@ -56,6 +56,13 @@ def test_resume_is_exact(straight_run, tmp_path, tiny_config):
     resumed = read_metrics(tmp_path, "train")
     assert [r["step"] for r in resumed] == [2, 3, 4, 6]
     np.testing.assert_allclose(resumed[-1]["loss"], read_metrics(workdir, "train")[-1]["loss"], rtol=1e-6)
+    # Every evaluation reads the same held-out batches, so the resumed run's evaluations (its step 6
+    # is its second part's first) are the uninterrupted run's (its third).
+    straight_eval = {r["step"]: r for r in read_metrics(workdir, "eval")}
+    resumed_eval = {r["step"]: r for r in read_metrics(tmp_path, "eval")}
+    assert sorted(resumed_eval) == sorted(straight_eval) == [0, 3, 6]
+    for step in (0, 3, 6):
+        np.testing.assert_allclose(resumed_eval[step]["loss"], straight_eval[step]["loss"], rtol=1e-6, err_msg=step)
 
 
 # ~25 s each; the checkpoint-level test (tests/model/test_layer_layout.py) has both directions fast
