@@ -235,7 +235,10 @@ def pretrain(args, vocab: str, report, model: str = "bert", corpus: str | None =
     config, _ = load_config("demo", arg, overrides)
     steps = config.num_train_steps
     name = f"pretrain-{steps}" if model == "bert" else f"pretrain-{model}-{steps}"
-    st = Stage(args.workdir / name, {"corpus": corpus, "vocab": vocab, "steps": steps, "model": model})
+    # The resolved config is part of the stamp: a changed recipe in configs/demo.py (a new default)
+    # redoes the run instead of reusing a checkpoint of the old one.
+    st = Stage(args.workdir / name, {"corpus": corpus, "vocab": vocab, "steps": steps, "model": model,
+                                     "config": config.to_dict()})
     baseline_file = st.dir / "unigram_baseline.json"
     if baseline_file.exists():
         eval_batches, baseline = json.loads(baseline_file.read_text())

@@ -67,6 +67,41 @@ def test_stage_directories_are_redone_when_their_inputs_change(tmp_path, capsys)
     assert "starting it over" in capsys.readouterr().out
 
 
+def test_pretraining_is_redone_when_the_recipe_changes(tmp_path, monkeypatch, capsys):
+    """The pre-training stage's stamp holds the resolved config: a new default in configs/demo.py
+    (here the discriminator's output bias) starts the run over instead of reusing the old checkpoint."""
+    from bert_jax import config_args, launch
+
+    runs = []
+
+    def fake_run(config, workdir):  # what launch.run leaves for the demo to read: metrics.jsonl
+        runs.append(config.electra.rtd_prior)
+        (workdir / "metrics.jsonl").write_text(json.dumps({"split": "eval", "step": 0, "mlm_accuracy": 0.0}) + "\n")
+
+    monkeypatch.setattr(launch, "run", fake_run)
+    baseline = {"token": "the", "accuracy": 0.05, "masked_tokens": 100}
+    monkeypatch.setattr(demo_report, "unigram_baseline", lambda config: (3, baseline))
+    args = demo.parse_args(["--workdir", str(tmp_path / "w")])
+    report = demo_report.Report(workdir=args.workdir, argv=[])
+    directory = demo.pretrain(args, "/v/vocab.txt", report, model="electra")
+    (directory / "kept").write_text("")
+    assert demo.pretrain(args, "/v/vocab.txt", report, model="electra") == directory
+    assert (directory / "kept").exists() and "starting it over" not in capsys.readouterr().out
+    default = runs[0]
+    load = config_args.load_config_file
+
+    def new_recipe(name, arg=None):
+        config = load(name, arg)
+        if name == "demo":
+            config.electra.rtd_prior = 0.3
+        return config
+
+    monkeypatch.setattr(config_args, "load_config_file", new_recipe)
+    demo.pretrain(args, "/v/vocab.txt", report, model="electra")
+    assert not (directory / "kept").exists() and "starting it over" in capsys.readouterr().out
+    assert runs == [default, default, 0.3]
+
+
 def test_report_table(tmp_path):
     r = demo_report.Report(workdir=tmp_path, argv=["--pretrain_steps", "10"])
     r.seconds = {"1": 2.0, "2": 30.4, "3": 75.0, "3e": 74.0, "4a": 61.0, "4b": 60.0, "4c": 200.0, "total": 430.0}
