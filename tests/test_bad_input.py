@@ -35,6 +35,7 @@ MODULES = {"create_pretraining_data": "input_pipeline.create_pretraining_data",
            "demo": "bert_jax.demo.pipeline", "benchmark.finetune": "bert_jax.benchmark.finetune",
            "benchmark.aot_estimate": "bert_jax.benchmark.aot_estimate",
            "benchmark.aot_attention": "bert_jax.benchmark.aot_attention",
+           "benchmark.aot_layer": "bert_jax.benchmark.aot_layer",
            "benchmark.processes": "bert_jax.benchmark.processes", "probe": "bert_jax.finetuning.probe"}
 # Cases that build a model or read text through tf.data before they fail (1-15 s each here).
 SLOW = {"pretraining data: empty input", "pretraining data: binary input",

@@ -79,6 +79,17 @@ def compiler_seconds(optimal_seconds: float, hlo_text: str) -> float:
     return optimal_seconds + hlo_text.count(CHARGED_CUSTOM_CALL)
 
 
+def compiled_cost(compiled) -> dict:
+    """A compiled program's decoded estimate (``compiler_ms``, None where libtpu gives none), FLOPs
+    and bytes from the cost analysis."""
+    cost = compiled.cost_analysis() or {}
+    cost = cost[0] if isinstance(cost, list | tuple) else cost
+    seconds = (compiler_seconds(float(cost["optimal_seconds"]), compiled.as_text())
+               if "optimal_seconds" in cost else None)
+    return {"compiler_ms": None if seconds is None else round(seconds * 1e3, 4),
+            "flops": float(cost.get("flops", 0.0)), "bytes": float(cost.get("bytes accessed", 0.0))}
+
+
 def compile_step(config, devices, batch_size: int) -> dict:
     """Compiles ``config``'s training step for ``batch_size`` on ``devices``; its memory, FLOPs and the
     compiler's cost analysis per device (``cost``: flops, bytes accessed, optimal_seconds, compiler_seconds)."""

@@ -90,38 +90,55 @@ def compile_variant(variant: str, device, rows: int, length: int, heads: int, he
     mask = jax.ShapeDtypeStruct((rows, length), jnp.int32, sharding=on)
     key = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=on)
     compiled = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2))).lower(x, x, x, mask, key).compile()
-    cost = compiled.cost_analysis() or {}
-    cost = cost[0] if isinstance(cost, list | tuple) else cost
-    seconds = (aot.compiler_seconds(float(cost["optimal_seconds"]), compiled.as_text())
-               if "optimal_seconds" in cost else None)
-    return {"variant": variant, "compiler_ms": None if seconds is None else round(seconds * 1e3, 4),
-            "flops": float(cost.get("flops", 0.0)), "bytes": float(cost.get("bytes accessed", 0.0))}
+    return dict(variant=variant, **aot.compiled_cost(compiled))
+
+
+def share_parser(prog: str, doc: str, what: str, choices: tuple[str, ...]) -> cli.ArgumentParser:
+    """The arguments of the tools that compile one chip's share of a batch: --topology, --size,
+    --rows, --seq_len, --output and ``--<what>`` (a comma list of ``choices``)."""
+    p = cli.ArgumentParser(prog=prog, description=doc.split("\n\n")[0],
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--topology", required=True, help="e.g. v5p-8, v4-8, v5e-8")
+    p.add_argument("--size", default="large", help="the BERT size: its heads, widths and layers (default large)")
+    p.add_argument("--rows", type=int, default=64, help="rows per chip (phase 1 at batch 256 on 4 chips: 64)")
+    p.add_argument("--seq_len", type=int, default=128)
+    p.add_argument(f"--{what}", default=",".join(choices), help=f"comma-separated, of {', '.join(choices)}")
+    p.add_argument("--output", default="", help="append the rows as JSON lines to this file")
+    return p
+
+
+def parse_share(p: cli.ArgumentParser, argv, what: str, choices: tuple[str, ...], **model):
+    """Parses and checks `share_parser`'s arguments: (args, the chosen ``what`` list, the size's
+    `BertConfig` with ``model`` overrides)."""
+    from bert_jax.model.config import BertConfig
+
+    args = p.parse_args(argv)
+    chosen = [v for v in getattr(args, what).split(",") if v]
+    if bad := [v for v in chosen if v not in choices]:
+        p.error(f"--{what}: unknown {', '.join(bad)}; expected some of {', '.join(choices)}")
+    if args.rows < 1 or args.seq_len < 1:
+        p.error(f"--rows {args.rows} --seq_len {args.seq_len}: expected positive numbers")
+    try:
+        cfg = BertConfig.from_size(args.size, **model)
+    except (KeyError, ValueError) as e:
+        p.error(f"--size {args.size!r}: {cli.message(e)}")
+    return args, chosen, cfg
+
+
+def append_rows(path: str, rows: list[dict]) -> list[dict]:
+    """Appends ``rows`` as JSON lines to ``path`` (none if empty); returns them."""
+    if path:
+        with open(path, "a") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rows)
+    return rows
 
 
 def main(argv=None) -> list[dict]:
-    from bert_jax.model.config import BertConfig
-
-    p = cli.ArgumentParser(prog="python -m bert_jax.benchmark.aot_attention",
-                           description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--topology", required=True, help="e.g. v5p-8, v4-8, v5e-8")
-    p.add_argument("--size", default="large", help="the BERT size: its heads, head width and layers (default large)")
-    p.add_argument("--rows", type=int, default=64, help="rows per chip (phase 1 at batch 256 on 4 chips: 64)")
-    p.add_argument("--seq_len", type=int, default=128)
+    p = share_parser("python -m bert_jax.benchmark.aot_attention", __doc__, "variants", VARIANTS)
     p.add_argument("--attention_dropout", type=float, default=0.1, help="the xla variant's dropout rate")
-    p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
-    p.add_argument("--output", default="", help="append the rows as JSON lines to this file")
-    args = p.parse_args(argv)
-    variants = [v for v in args.variants.split(",") if v]
-    if bad := [v for v in variants if v not in VARIANTS]:
-        p.error(f"--variants: unknown {', '.join(bad)}; expected some of {', '.join(VARIANTS)}")
-    if args.rows < 1 or args.seq_len < 1:
-        p.error(f"--rows {args.rows} --seq_len {args.seq_len}: expected positive numbers")
+    args, variants, cfg = parse_share(p, argv, "variants", VARIANTS)
     if not 0.0 <= args.attention_dropout < 1.0:
         p.error(f"--attention_dropout {args.attention_dropout}: expected a rate in [0, 1)")
-    try:
-        cfg = BertConfig.from_size(args.size)
-    except (KeyError, ValueError) as e:
-        p.error(f"--size {args.size!r}: {cli.message(e)}")
     chip, name, devices = aot.tpu_devices(args.topology)
     rows = []
     for variant in variants:
@@ -133,10 +150,7 @@ def main(argv=None) -> list[dict]:
         print(f"{variant:15s} {r['compiler_ms']} ms per layer (x {cfg.num_layers} layers: {r['step_share_ms']} ms), "
               f"{r['flops'] / 1e9:.2f} GFLOP, {r['bytes'] / 1e6:.0f} MB", flush=True)
         rows.append(r)
-    if args.output:
-        with open(args.output, "a") as f:
-            f.writelines(json.dumps(r) + "\n" for r in rows)
-    return rows
+    return append_rows(args.output, rows)
 
 
 if __name__ == "__main__":

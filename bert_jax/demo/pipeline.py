@@ -297,7 +297,10 @@ def finetune(args, data: dict, vocab: str, pretrained: dict[str, Path], report) 
                      "num_train_steps": args.finetune_steps, "log_every": 25, **s.get("execution", {})}
         arg = f"size=tiny,lr={s['lr']},epochs={s['epochs']}"
         config, command = load_config("sentiment", arg, overrides)
-        st = Stage(args.workdir / "finetune" / name, {"command": command, "task_file": args.task_file, "vocab": vocab})
+        # As for pre-training, the resolved config is in the stamp: a new default in
+        # configs/sentiment.py redoes the row instead of reusing its old results.
+        st = Stage(args.workdir / "finetune" / name, {"command": command, "task_file": args.task_file, "vocab": vocab,
+                                                       "config": config.to_dict()})
         key = f"4{'abcde'[len(report.finetune)]}"
         with stage(report, key, f"fine-tuning: {label}"):
             print(f"    {command} --workdir {st.dir}", flush=True)

@@ -102,6 +102,47 @@ def test_pretraining_is_redone_when_the_recipe_changes(tmp_path, monkeypatch, ca
     assert runs == [default, default, 0.3]
 
 
+def test_finetuning_is_redone_when_the_recipe_changes(tmp_path, monkeypatch, capsys):
+    """The fine-tuning rows' stamps hold the resolved config too: a new default in
+    configs/sentiment.py (here the evaluation batch) fine-tunes again instead of reusing the old results."""
+    from bert_jax import config_args, launch
+
+    runs = []
+
+    def fake_run(config, workdir):  # what the demo reads back: results.json
+        runs.append(config.eval_batch_size)
+        results = {"summary": {}, "per_seed": [], "seeds": [0]}
+        (workdir / "results.json").write_text(json.dumps(results) + "\n")
+        return results
+
+    monkeypatch.setattr(launch, "run", fake_run)
+    monkeypatch.setattr(demo, "frozen_probe", lambda *a, **k: {})
+    monkeypatch.setattr(demo_report, "finetune_row", lambda *a, **k: {})
+    reviews = tmp_path / "reviews.tsv"
+    reviews.write_text("".join(f"{i % 2}\tsentence number {i}\n" for i in range(20)))
+    args = demo.parse_args(["--workdir", str(tmp_path / "w"), "--task_file", str(reviews), "--seeds", "1"])
+
+    def finetune():
+        demo.finetune(args, {"minilm": False}, "/v/vocab.txt", {}, demo_report.Report(workdir=args.workdir, argv=[]))
+
+    finetune()
+    finetune()
+    assert "starting it over" not in capsys.readouterr().out and len(runs) == 1  # the second run reused it
+    default = runs[0]
+    load = config_args.load_config_file
+
+    def new_recipe(name, arg=None):
+        config = load(name, arg)
+        if name == "sentiment":
+            config.eval_batch_size = default // 2
+        return config
+
+    monkeypatch.setattr(config_args, "load_config_file", new_recipe)
+    finetune()
+    assert "starting it over" in capsys.readouterr().out
+    assert runs == [default, default // 2]
+
+
 def test_report_table(tmp_path):
     r = demo_report.Report(workdir=tmp_path, argv=["--pretrain_steps", "10"])
     r.seconds = {"1": 2.0, "2": 30.4, "3": 75.0, "3e": 74.0, "4a": 61.0, "4b": 60.0, "4c": 200.0, "total": 430.0}
