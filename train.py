@@ -1,7 +1,11 @@
 r"""Pre-training and fine-tuning entry point: parses flags and calls ``bert_jax.launch.main``.
 
     python train.py --config configs/pretrain.py:size=tiny,runlocal --workdir /tmp/w \
-        [--config.num_train_steps=2000 ...]
+        [--config.num_train_steps=2000 ...] [--dry_run]
+
+``--dry_run`` resolves the config, checks the data, vocabulary, workdir and checkpoint to restore,
+prints the plan (steps, batch, tokens, evaluation, checkpoints, mesh, memory) and exits without
+training or writing anything (bert_jax/plan.py).
 
 A bad flag, config file, config argument or ``--config.<key>``, and bad input found later (a missing
 or malformed data file, a checkpoint that does not fit), print one ``error:`` line and exit with
@@ -24,6 +28,8 @@ def define_flags(fv: flags.FlagValues = FLAGS, argv: list[str] | None = None) ->
                                     sys_argv=argv)
     flags.DEFINE_string("workdir", None, "checkpoints, config.json, metrics and TensorBoard events",
                         required=True, flag_values=fv)
+    flags.DEFINE_bool("dry_run", False, "print the job's plan, its inputs checked, and exit without training",
+                      flag_values=fv)
     flags.mark_flags_as_required(["config"], flag_values=fv)
 
 
@@ -41,6 +47,9 @@ def main(argv: list[str], fv: flags.FlagValues = FLAGS) -> None:
         raise ValueError(f"unexpected arguments: {argv[1:]} (flags are --name=value)")
     from bert_jax import launch
 
+    if fv.dry_run:
+        print(launch.dry_run(fv.config, fv.workdir))
+        return
     launch.main(fv.config, fv.workdir)
 
 

@@ -1,4 +1,4 @@
-"""Named arguments for config files: ``configs/pretrain.py:size=base,runlocal`` (big_vision style)."""
+"""Named arguments for config files: ``configs/pretrain.py:size=tiny,runlocal`` (big_vision style)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def config_module(name: str):
 
 
 def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
-    """``"size=base,runlocal"`` → ConfigDict(size="base", runlocal=True, <other defaults>).
+    """``"size=tiny,runlocal"`` → ConfigDict(size="tiny", runlocal=True, <other defaults>).
 
     Values take the type of their default (bool, int, float, str); a bare name sets a bool to True.
     Unknown names are an error listing the accepted ones.

@@ -34,6 +34,9 @@ def run(config, workdir: str | Path, preemption=None) -> dict:
     check_config(config)
     if "://" not in str(workdir) and Path(workdir).exists() and not Path(workdir).is_dir():
         raise NotADirectoryError(errno.ENOTDIR, "is a file, expected a directory (the workdir)", str(workdir))
+    from bert_jax.training.checkpoints import require_storage_access
+
+    require_storage_access(workdir)  # gs:// without network or credentials: one line, not a traceback
     before = _Snapshot(None if config.multihost else workdir)  # one process: no other writer
     try:
         if "task" in config:
@@ -47,6 +50,15 @@ def run(config, workdir: str | Path, preemption=None) -> dict:
         if cli.is_user_error(e) and not isinstance(e, WorkdirBusyError):  # the workdir is another job's
             before.restore()
         raise
+
+
+def dry_run(config, workdir: str | Path) -> str:
+    """``python train.py ... --dry_run``: the job's plan, its inputs checked, nothing run or written
+    (`bert_jax.plan`)."""
+    from bert_jax.plan import dry_run as plan
+
+    check_config(config)
+    return plan(config, workdir)
 
 
 def main(config, workdir: str | Path) -> None:

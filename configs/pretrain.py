@@ -1,46 +1,24 @@
-r"""BERT pre-training (Devlin et al., 2019), MLM + NSP by default, and its family's recipes.
+r"""BERT pre-training (Devlin et al., 2019: MLM + NSP) and its family's recipes (docs/family.md).
 
-Named arguments: ``model`` (bert | roberta | albert | electra: the recipe, see `RECIPES` and
-docs/family.md), ``size`` (bert/roberta: tiny | mini | small | medium | base | large; albert: base |
-large | xlarge | xxlarge; electra: small | base | large), ``masking`` (static |
-dynamic), ``objective`` (nsp | sop | none), ``phase`` (1: length 128 for 90% of the steps;
-2: length 512 for the last 10%, continuing phase 1's state and learning-rate schedule),
-``runlocal`` (tiny data, few steps, CPU), ``synthetic`` (random batches: smoke tests, benchmarks),
-``recipe`` (lamb: the large-batch LAMB recipe of You et al. 2019 for model=bert, phases 1 and 2, see
-`lamb`), ``per_device`` (rows per device and micro-batch; the recipe accumulates the rest).
+Named arguments: ``model`` (bert | roberta | albert | electra: the recipe, `RECIPES`), ``size``
+(bert/roberta: tiny | mini | small | medium | base | large; albert: base | large | xlarge | xxlarge;
+electra: small | base | large), ``masking`` (static | dynamic), ``objective`` (nsp | sop | none),
+``phase`` (1: length 128 for the first 90% of the steps; 2: length 512 for the last 10%, continuing
+phase 1's state and schedule), ``runlocal`` (the tiny model on the gensim Wikipedia excerpt, a few CPU
+minutes; another ``size`` with it is an error), ``synthetic`` (random batches), ``recipe`` (lamb: the
+large-batch recipe of You et al. 2019 for model=bert, see `lamb`), ``per_device`` (rows per device in
+one micro-batch; the step accumulates the rest).
 
-Local smoke run on the gensim Wikipedia excerpt (CPU, a few minutes):
+    python train.py --config configs/pretrain.py:runlocal --workdir /tmp/bert_tiny
 
-    python train.py --config configs/pretrain.py:size=tiny,runlocal --workdir /tmp/bert_tiny
-
-The paper on a Cloud TPU (batch 256, 1M steps; data prepared as in docs/data.md, see docs/tpu.md):
-
-    python train.py --config configs/pretrain.py:size=base,phase=1 --workdir gs://BUCKET/bert_base_p1 \
-        --config.data.input='gs://BUCKET/data/p1/*.tfrecord' --config.data.vocab=gs://BUCKET/vocab.txt
-    python train.py --config configs/pretrain.py:size=base,phase=2 --workdir gs://BUCKET/bert_base_p2 \
-        --config.init_checkpoint=gs://BUCKET/bert_base_p1 \
-        --config.data.input='gs://BUCKET/data/p2/*.tfrecord' --config.data.vocab=gs://BUCKET/vocab.txt
-
-The family on the same Wikipedia excerpt (CPU, a few minutes each; ``size`` is ignored with runlocal):
-
-    python train.py --config configs/pretrain.py:model=roberta,runlocal --workdir /tmp/roberta_tiny
-    python train.py --config configs/pretrain.py:model=albert,runlocal --workdir /tmp/albert_tiny
-    python train.py --config configs/pretrain.py:model=electra,size=small,runlocal --workdir /tmp/electra_tiny
-
-BERT-large in 8,599 LAMB steps (batch 64k at length 128, then 32k at 512; the pod commands in docs/tpu.md):
-
-    python train.py --config configs/pretrain.py:size=large,recipe=lamb,phase=1 --workdir gs://BUCKET/lamb_p1 ...
-    python train.py --config configs/pretrain.py:size=large,recipe=lamb,phase=2 --workdir gs://BUCKET/lamb_p2 \
-        --config.init_checkpoint=gs://BUCKET/lamb_p1 ...
-    # a few CPU steps of the same recipe on the tiny model:
-    python train.py --config configs/pretrain.py:size=tiny,recipe=lamb,phase=1,runlocal,synthetic \
-        --workdir /tmp/lamb_p1 --config.num_train_steps=4
+The paper's two phases on one host or a pod slice: docs/pretraining.md; the LAMB recipe: docs/lamb.md.
 """
 
 import ml_collections
 from ml_collections import config_dict
 
 from bert_jax.config_args import parse_arg
+from bert_jax.model.config import SIZES
 from bert_jax.training.distributed import default_config as distributed_config
 from bert_jax.training.sharding import DEFAULT_RULES
 
@@ -50,9 +28,12 @@ MODELS = ("bert", "roberta", "albert", "electra")
 FAMILY_SIZE_NAMES = {"albert": ("base", "large", "xlarge", "xxlarge"), "electra": ("small", "base", "large")}
 
 # The family's recipes (docs/family.md): what each sets on top of BERT's config below, as data.
-# "all": every size; a size name: that size on top; "runlocal": the CPU variant (batch 32, 300 steps,
-# 30 warmup steps at "lr"), on top of BERT's runlocal data and cadence.
+# "all": every size; a size name: that size on top; "runlocal": the CPU variant (batch 32, 600 steps,
+# 10% warmup at "lr"), on top of BERT's runlocal data and cadence.
 RECIPES = {
+    # Adam with bias correction at this short warmup: without it the first steps are ~5x lr and the
+    # tiny model collapses within 20 steps (docs/records.md, "Why runlocal collapsed").
+    "bert": {"runlocal": dict(lr=1e-3, optimizer=dict(bias_correction=True))},
     # RoBERTa (Liu et al., 2019, Table 9): dynamic masking, no NSP, FULL-SENTENCES at length 512, batch
     # 8k, 500k steps, Adam (bias-corrected) b2 0.98; Hugging Face's layout (positions after the
     # padding id, one token type, LayerNorm eps 1e-5), so exports load as RobertaModel.
@@ -81,12 +62,11 @@ RECIPES = {
     },
     # ELECTRA (Clark et al., 2020, Table 6): replaced-token detection, generator 1/4 of the
     # discriminator (1/3 for base), loss MLM + 50 BCE, 15% masked (25% for large), 10k warmup.
-    # rtd_prior 0: the discriminator's output bias starts at 0, as the paper's code. The masked fraction
-    # (0.15) instead removes the short collapse a zero bias causes at a short warmup and lifts the
-    # demo's held-out AUC 0.79 -> 0.82, but fine-tunes worse there (docs/choices.md, "The
-    # discriminator's output bias"); the demo takes the mild end, 0.4 with a 20% warmup (configs/demo.py).
+    # rtd_prior 0: the discriminator's output bias starts at 0, as the paper's code (a bias at the prior
+    # trades transfer for AUC: docs/records.md, "The discriminator's output bias").
     "electra": {
-        "all": dict(electra=dict(generator_fraction=0.25, rtd_weight=50.0, rtd_prior=0.0), data=dict(packing="full"),
+        "all": dict(electra=dict(generator_fraction=0.25, rtd_weight=50.0, rtd_prior=0.0, tie_embeddings=True),
+                    data=dict(packing="full"),
                     optimizer=dict(warmup_steps=10_000)),
         "small": dict(data=dict(max_seq_length=128, max_predictions_per_seq=19, masked_lm_prob=0.15),
                       batch_size=128, num_train_steps=1_000_000,
@@ -100,10 +80,13 @@ RECIPES = {
                       optimizer=dict(learning_rate=2e-4, num_train_steps=400_000)),
         # lr 2e-4 with Adam's bias correction: the family's lr 1e-3 without it collapses (every token
         # the same last-layer vector within 25 steps, held-out AUC 0.50); chosen on held-out AUC
-        # among 10 settings (docs/choices.md, "ELECTRA at small scale").
+        # among 10 settings (docs/records.md, "ELECTRA at small scale").
         "runlocal": dict(lr=2e-4, model=dict(size="tiny", embedding_size=64, use_pooler=False),
                          data=dict(max_seq_length=128, max_predictions_per_seq=20, masked_lm_prob=0.15),
-                         optimizer=dict(bias_correction=True)),
+                         # 300 steps, 30 warmup: the measured recipe. Its generator stays below the unigram
+                         # baseline; a stronger one collapsed the discriminator (docs/records.md).
+                         num_train_steps=300, optimizer=dict(bias_correction=True, num_train_steps=300,
+                                                             warmup_steps=30)),
     },
 }
 # The LAMB recipe (You et al., 2019, §4: BERT-large, 8,599 steps in all) with NVIDIA's published
@@ -120,10 +103,10 @@ def get_config(arg=None):
     args = parse_arg(arg, model="bert", size="", masking="", objective="", phase=1, runlocal=False,
                      synthetic=False, recipe="", per_device=0)
     check(args)
+    if args.runlocal and args.model in FAMILY_SIZE_NAMES:  # size=tiny: what the family's runlocal trains
+        args.size = ""
     args.size = args.size or {"albert": "base", "electra": "small"}.get(args.model, "base")
     sizes = FAMILY_SIZE_NAMES.get(args.model)
-    if sizes and args.size not in sizes:
-        raise ValueError(f"size={args.size!r} for model={args.model}: expected one of {sizes}")
     long = args.phase == 2  # the paper's last 10% of steps at length 512
 
     c = ml_collections.ConfigDict()
@@ -178,7 +161,8 @@ def get_config(arg=None):
     c.optimizer = ml_collections.ConfigDict(dict(
         optimizer="adamw_bert", learning_rate=1e-4, warmup_steps=10_000, num_train_steps=PAPER_STEPS,
         weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-6, clip_norm=1.0, bias_correction=False,
-        schedule="bert", decay_power=1.0))
+        schedule="bert", decay_power=1.0,
+        generator_lr_scale=1.0))  # ELECTRA: the generator's rate over the discriminator's (1: the reference)
 
     c.mesh_shape = (-1, 1, 1)  # (data, fsdp, tensor); e.g. (-1, 8, 1) for FSDP on a pod slice
     c.sharding_rules = DEFAULT_RULES  # logical axis -> mesh axes (bert_jax/training/sharding.py)
@@ -197,10 +181,9 @@ def get_config(arg=None):
         c.data.update(input="pkg:wikipedia", vocab="pkg:minilm/vocab.txt", eval_fraction=0.05,
                       masking="dynamic", shuffle_buffer=2_000)
         c.log_every, c.eval_every, c.eval_steps, c.checkpoint_every = 20, 100, 5, 100
-        local = dict(recipe.get("runlocal", {"lr": 1e-3}))
-        lr = local.pop("lr")
-        c.batch_size, c.num_train_steps = 32, 300
-        c.optimizer.update(learning_rate=lr, warmup_steps=30, num_train_steps=300)
+        local = dict(recipe["runlocal"])
+        c.batch_size, c.num_train_steps = 32, 600
+        c.optimizer.update(learning_rate=local.pop("lr"), num_train_steps=600, warmup_steps=60)
         update(c, local)
     if args.recipe == "lamb":
         lamb(c, args)
@@ -213,6 +196,12 @@ def check(args):
     """One line for each argument out of range."""
     if args.model not in MODELS:
         raise ValueError(f"model={args.model!r}: expected one of {MODELS}")
+    sizes = FAMILY_SIZE_NAMES.get(args.model, tuple(SIZES))
+    if args.size and args.size not in sizes and not (args.runlocal and args.size == "tiny"):
+        raise ValueError(f"size={args.size!r} for model={args.model}: expected one of {sizes}")
+    if args.runlocal and args.size not in ("", "tiny"):  # never trained silently in place of the size asked for
+        raise ValueError(f"size={args.size} with runlocal: runlocal trains the tiny model; leave out size= "
+                         f"(or drop runlocal)")
     if args.phase not in (1, 2):
         raise ValueError(f"phase={args.phase}: expected 1 (length 128) or 2 (length 512)")
     if args.model != "bert" and args.phase != 1:
@@ -235,35 +224,18 @@ def update(c, settings: dict):
 
 
 def lamb(c, args):
-    """Large-batch pre-training with LAMB (You et al., 2019, §4 and Table 1: BERT-large on a TPU v3
-    pod in 76 minutes, SQuAD 1.1 F1 90.58): phase 1 batch 65,536 at length 128 for 7,038 steps,
-    phase 2 batch 32,768 at length 512 for 1,563 steps (`LAMB_PHASES`).
-
-    Settings as NVIDIA's DeepLearningExamples publish and run them (PyTorch BERT:
-    ``scripts/run_pretraining.sh`` and ``run_pretraining.py``): FusedLAMB with b1 0.9, b2 0.999,
-    eps 1e-6, bias correction, weight decay 0.01 (not on LayerNorm or biases), global-norm clip 1.0;
-    lr 6e-3 / 4e-3 warmed up over 28.43% / 12.8% of each phase's steps, then
-    ``PolyWarmUpScheduler``'s decay ``(1 - t / N) ** 0.5`` from step 0 (``degree=0.5`` in their
-    ``schedulers.py``: `decay_power` 0.5 here; the paper's Adam keeps 1, linear). The trust ratio is
-    one per layer and matrix (bert_jax/training/trust_ratio.py).
-
-    Phase 2 is its own run on phase 1's parameters: step 0, its own warmup from 0 and schedule,
-    ``init_mode="params"``: the optimizer moments start fresh. NVIDIA's script instead loads phase
-    1's optimizer state and resets only its step, lr, warmup and total (so the moments of length
-    128 carry over, and bias correction restarts on them). Fresh moments are what the phase-2 warmup
-    from 0 is there to rebuild, at length 512 where the gradients differ from phase 1's, and they
-    keep phase 2 independent of the optimizer phase 1 ran (a checkpoint of the paper's Adam recipe
-    starts phase 2 as well); with bias correction, the first steps are not biased toward 0.
-
-    Gradient accumulation follows from the slice: ``per_device_batch`` rows per device (default
-    the paper's per-core rows on its v3 pod: no accumulation there; 16 micro-batches of 32 on a
-    v4-128 in phase 1), ``batch_size / (per_device_batch x batch shards)`` micro-batches per step;
-    a batch that does not divide is an error naming the numbers. ``runlocal``: the tiny model on
-    the Wikipedia excerpt, batch 128 as 4 micro-batches of 32 on one CPU, 40 steps."""
+    """``c`` set to the LAMB recipe (You et al., 2019, §4: BERT-large in 8,599 steps), phase
+    ``args.phase`` of `LAMB_PHASES`, with NVIDIA's published settings for it (docs/lamb.md; the reasons:
+    docs/records.md, "The LAMB recipe's settings and its phase 2"). ``runlocal``: the tiny model,
+    batch 128 as 4 micro-batches of 32, 40 steps."""
     p = LAMB_PHASES[args.phase]
     c.batch_size, c.num_train_steps = p["batch"], p["steps"]
+    # Rows per device in a micro-batch: the paper's per-core rows (no accumulation on its v3 pod); a
+    # smaller slice accumulates batch_size / (per_device_batch x batch shards) micro-batches.
     c.per_device_batch = args.per_device or p["per_device"]
+    # Phase 2 starts fresh moments at step 0 on phase 1's parameters: its warmup rebuilds them at length 512.
     c.init_mode = "params" if args.phase == 2 else "state"
+    # NVIDIA's FusedLAMB settings; decay_power 0.5 is their PolyWarmUpScheduler(degree=0.5).
     c.optimizer.update(optimizer="lamb", learning_rate=p["lr"], weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-6,
                        clip_norm=1.0, bias_correction=True, schedule="bert", decay_power=0.5)
     if args.runlocal:

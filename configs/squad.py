@@ -27,7 +27,7 @@ def get_config(arg=None):
     c = base_config(task, size=args.size, max_seq_length=384, batch_size=48 if v2 else 32,
                     epochs=2.0 if v2 else 3.0, learning_rate=args.lr, runlocal=args.runlocal)
     c.eval_batch_size = 32
-    c.unpad_multiple = 128  # fewer step shapes at 384 than 64 (docs/benchmarks.md "Fine-tuning on real lengths")
+    c.unpad_multiple = 128  # fewer step shapes at 384 than 64 (docs/records.md "Fine-tuning on real lengths")
     if args.runlocal:
         c.max_seq_length = 128
         c.task.update(doc_stride=64, max_query_length=32)

@@ -25,7 +25,7 @@ ROOT = Path(__file__).parents[1]
 
 
 def trial(size: str, batch: int, at: int, workdir: str, vocab: int) -> dict:
-    cmd = [sys.executable, "train.py", "--config", f"configs/pretrain.py:size={size},runlocal,synthetic",
+    cmd = [sys.executable, "train.py", "--config", "configs/pretrain.py:runlocal,synthetic",
            "--workdir", workdir, f"--config.model.size={size}", f"--config.batch_size={batch}",
            f"--config.model.vocab_size={vocab}",
            "--config.log_every=1", "--config.eval_every=0", "--config.checkpoint_every=1000",

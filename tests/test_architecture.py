@@ -20,7 +20,7 @@ LAYERS = (
     ("bert_jax.training",),
     ("bert_jax.interop",),
     ("bert_jax.finetuning",),
-    ("bert_jax.launch",),
+    ("bert_jax.launch", "bert_jax.plan"),
     ("bert_jax.benchmark", "bert_jax.demo", "bert_jax.visualize", "bert_jax.serve"),
     ("train", "configs"),
 )

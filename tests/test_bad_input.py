@@ -16,10 +16,12 @@ import gc
 import importlib
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from absl import flags
 
@@ -159,10 +161,28 @@ def test_command_line(tool, argv, expected, files, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def quiet(stderr: str) -> str:
+    """The one ``error:`` line of ``stderr``, after checking that every other line is a log record
+    (absl's, TensorFlow's C++ logging): no traceback, no asyncio "Event loop is closed" noise."""
+    line = error_line(stderr)
+    lines = [x for x in stderr.splitlines() if x.strip()][:-1]
+    noise = [x for x in lines if not re.match(r"([IWEF]\d{4} |WARNING: All log messages before absl)", x)]
+    assert not noise and "Event loop is closed" not in stderr, stderr[-3000:]
+    return line
+
+
+def _process_env(**changes: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != cli.DEBUG_ENV}
+    return env | {"TF_CPP_MIN_LOG_LEVEL": "3", "JAX_PLATFORMS": "cpu"} | changes
+
+
 @pytest.mark.slow
 def test_checkpoint_of_another_size(tmp_path, capsys, monkeypatch):
-    """A tiny run's checkpoint as the init_checkpoint of a mini run, and a mini run resumed in the
-    tiny run's workdir: status 2, one line naming the checkpoint, no workdir made or changed."""
+    """A tiny run's checkpoint as the init_checkpoint of a mini run: status 2, one line naming the
+    checkpoint and the first array that does not fit (found from the checkpoint's metadata, before
+    any array is read). A mini run resumed in the tiny run's workdir (``python train.py``): one line
+    naming the changed model fields, old → new, from the checkpoint's record of its model, and no
+    asyncio/Orbax noise. No workdir made or changed."""
     tiny = ["--config=configs/pretrain.py:size=tiny,runlocal,synthetic", "--config.model.vocab_size=101",
             "--config.model.max_position_embeddings=32", "--config.data.max_seq_length=16",
             "--config.data.max_predictions_per_seq=4", "--config.batch_size=8", "--config.num_train_steps=1",
@@ -175,8 +195,50 @@ def test_checkpoint_of_another_size(tmp_path, capsys, monkeypatch):
     status = run_main("train.py", [*mini, f"--workdir={tmp_path / 'mini'}",
                                    f"--config.init_checkpoint={tmp_path / 'tiny'}"], monkeypatch)
     line = error_line(capsys.readouterr().err)
-    assert status == 2 and f"{tmp_path / 'tiny' / 'checkpoints' / '1'}: " in line and "does not fit" in line, line
-    status = run_main("train.py", [*mini, f"--workdir={tmp_path / 'tiny'}"], monkeypatch)
-    line = error_line(capsys.readouterr().err)
-    assert status == 2 and f"{tmp_path / 'tiny' / 'checkpoints' / '1'}: " in line and "does not fit" in line, line
+    assert status == 2 and line.startswith(f"error: {tmp_path / 'tiny' / 'checkpoints' / '1'}: cannot restore"), line
+    assert "does not fit this model/optimizer: params/" in line and "is [128] in the checkpoint, [256] here" in line
+    result = subprocess.run([sys.executable, "train.py", *mini, f"--workdir={tmp_path / 'tiny'}"], cwd=ROOT,
+                            env=_process_env(), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert quiet(result.stderr) == (
+        f"error: {tmp_path / 'tiny'} holds a checkpoint of another model: model.hidden_size 128 → 256, "
+        "model.num_layers 2 → 4, model.num_heads 2 → 4, model.intermediate_size 512 → 1024; use another "
+        "--workdir to start fresh (or restore the old values)")
     assert tree(tmp_path) == before
+
+
+@pytest.mark.slow
+def test_bucket_workdir_without_network_or_credentials(tmp_path):
+    """A gs:// workdir that cannot be reached, with no credentials: one line naming the workdir and
+    both reasons, status 2, no traceback. Hermetic and quick: the storage clients' proxy and the
+    metadata server are names that never resolve (.invalid), so nothing is sent anywhere."""
+    proxy = "http://proxy.invalid:3128"
+    env = {k: v for k, v in _process_env().items()
+           if k not in ("GOOGLE_AUTH_TOKEN_FOR_TESTING", "STORAGE_EMULATOR_HOST", "TENSORSTORE_GCS_HTTP_URL",
+                        "CURL_CA_BUNDLE", "NO_PROXY", "no_proxy")}
+    env |= {"GOOGLE_APPLICATION_CREDENTIALS": str(tmp_path / "key.json"), "CLOUDSDK_CONFIG": str(tmp_path / "gcloud"),
+            "https_proxy": proxy, "http_proxy": proxy, "HTTPS_PROXY": proxy, "HTTP_PROXY": proxy,
+            "GCE_METADATA_HOST": "metadata.invalid", "GCE_METADATA_IP": "metadata.invalid"}
+    result = subprocess.run([sys.executable, "train.py", "--config=configs/pretrain.py:size=tiny,runlocal,synthetic",
+                             "--config.num_train_steps=2", "--workdir=gs://some-bucket/w"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=180)
+    assert result.returncode == 2, result.stderr[-3000:]
+    line = quiet(result.stderr)
+    assert line.startswith("error: --workdir gs://some-bucket/w: cannot reach the storage (Could not resolve "
+                           "proxy"), line
+    assert f"no Google credentials either: GOOGLE_APPLICATION_CREDENTIALS names {tmp_path / 'key.json'}, which " \
+           "does not exist" in line, line
+
+
+@pytest.mark.slow
+def test_pkg_names_wherever_a_path_is_accepted(minilm_dir, files, tmp_path, capsys, monkeypatch):
+    """``hf:pkg:minilm`` as README and docs/finetuning.md advertise it, here as extract_features'
+    checkpoint (and ``pkg:minilm/vocab.txt`` as its vocabulary): the checkpoint reader every tool
+    shares resolves the name (bert_jax.interop.pretrained.read_checkpoint), as the tokenizer's loader
+    does for vocabularies."""
+    out = tmp_path / "f.npz"
+    status = run_main("extract_features", ["--init=hf:pkg:minilm", f"--input={files}/in.txt", f"--output={out}",
+                                           "--layers=-1", "--vocab=pkg:minilm/vocab.txt"], monkeypatch)
+    assert status == 0, capsys.readouterr().err[-3000:]
+    with np.load(out) as features:
+        assert features["layer_-1"].shape[::2] == (2, 384)  # two input lines, MiniLM's hidden size

@@ -75,7 +75,7 @@ def compiler_seconds(optimal_seconds: float, hlo_text: str) -> float:
     (tiny and mini; v5e-1, v5e-8 data- and fsdp-parallel, v4-8; scanned and unrolled; with and
     without dropout) the negative integer part was exactly minus that count (-14.99 with 15, -31.99
     with 32, -10.998 with 11, ...), and programs without the call give a positive value as is. Like
-    the FLOPs, it counts a loop's body once (docs/tpu.md, "Where the step time comes from")."""
+    the FLOPs, it counts a loop's body once (docs/records.md)."""
     return optimal_seconds + hlo_text.count(CHARGED_CUSTOM_CALL)
 
 

@@ -20,7 +20,7 @@ Per part: libtpu's estimate (``compiler_ms``, decoded as `aot.compiler_seconds`)
 analysis's FLOPs and bytes, and ``peak_fraction``: those FLOPs over the estimate at the chip's
 published bf16 peak (what a part would give as MFU if the step were made of it). ``rest_ms`` (the
 ``block`` row) is the block less its parts times their count: the element-wise work between the
-matmuls as the compiler prices it. Estimates, not measurements (docs/benchmarks.md, "TPU: the
+matmuls as the compiler prices it. Estimates, not measurements (docs/records.md, "TPU: the
 compiler's estimate").
 """
 

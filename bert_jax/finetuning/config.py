@@ -36,7 +36,7 @@ def base_config(task: dict, *, size: str, max_seq_length: int, batch_size: int, 
         classifier_pooling="cls"))
     c.max_seq_length = max_seq_length
     c.length_multiple = 32  # batches are cut to their longest row, rounded up to this
-    # Real lengths (bert_jax/finetuning/lengths.py, docs/benchmarks.md "Fine-tuning on real lengths").
+    # Real lengths (bert_jax/finetuning/lengths.py, docs/records.md "Fine-tuning on real lengths").
     # M > 0: the encoder's blocks on the real tokens only, in training and evaluation, counts rounded
     # up to M per data shard (same outputs; each new count compiles once); measured 1.67x training
     # and 2.5x evaluation examples/s on the demo's review sentences (BERT-base, CPU); 0 = padded.

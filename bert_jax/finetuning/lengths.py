@@ -2,7 +2,7 @@
 
 Every batch is already cut to its longest row (rounded up to ``length_multiple``). Three switches
 of the fine-tuning configs (bert_jax/finetuning/config.py) cut the padding that is left; the
-measurements are in docs/benchmarks.md ("Fine-tuning on real lengths"):
+measurements are in docs/records.md ("Fine-tuning on real lengths"):
 
 * ``eval_by_length`` (True): evaluation takes the rows longest first (a stable sort), so each batch
   holds rows of about one length; the outputs come back in the features' order. Same predictions.

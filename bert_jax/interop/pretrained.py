@@ -8,6 +8,8 @@
   vocab.txt beside it), read with ``tf.train.load_checkpoint``.
 - ``orbax:DIR``: parameters saved by `save_orbax` (bert_config.json + an Orbax ``params`` item).
 
+In place of DIR or PREFIX, a package's data by name: ``hf:pkg:minilm`` (`read_checkpoint` resolves it).
+
 Every failure is one line naming the file and what was expected.
 """
 
@@ -135,11 +137,15 @@ def read_orbax(directory: str | Path) -> Checkpoint:
 
 
 def read_checkpoint(spec: str) -> Checkpoint:
+    """The checkpoint ``spec`` names (the module docstring); a package's data by name in place of the
+    path (``hf:pkg:minilm``, `input_pipeline.package_data.resolve`) is resolved here, for every tool."""
+    from input_pipeline.package_data import resolve
+
     kind, sep, path = spec.partition(":")
     readers = {"hf": read_hf, "tf": read_tf, "orbax": read_orbax}
     if not sep or kind not in readers or not path:
         raise ValueError(f"checkpoint spec {spec!r}: expected hf:DIR, tf:PREFIX or orbax:DIR")
-    return readers[kind](path)
+    return readers[kind](resolve(path) if path.startswith("pkg:") else path)
 
 
 def build_model(ckpt: Checkpoint, *, with_heads: bool = True, config: BertConfig | None = None) -> nnx.Module:

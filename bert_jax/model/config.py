@@ -85,7 +85,7 @@ class BertConfig:
     # What sequence classifiers (`BertClassifier`) read: "cls", the pooled [CLS] (the paper), or
     # "mean", the last layer averaged over real tokens (sentence-transformers; ModernBERT's
     # ``classifier_pooling``), which needs no pooler and starts from a varied feature when pre-training
-    # left [CLS] nearly constant (docs/choices.md, "Transfer in the demo").
+    # left [CLS] nearly constant (docs/records.md, "Mean pooling and lr 5e-4 for the demo's BERT").
     classifier_pooling: Literal["cls", "mean"] = "cls"
     # "auto" fields are the platform's choice (bert_jax/model/execution.py), made once when a job
     # starts (`for_platform`, bert_jax/resolve.py); a model is built from concrete values only.

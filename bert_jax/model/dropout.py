@@ -3,8 +3,8 @@
 ``jax.random.bernoulli`` draws its bits with Threefry-2x32 too, but on the CPU JAX lowers Threefry as
 a rolled loop (5 iterations of 4 rounds, each a separate pass over arrays the size of the mask):
 10% of a BERT-base training step's summed op time at B=8, though little of its wall time, the loop
-running beside the matmuls on a second core (docs/benchmarks.md, "The default step, second
-round"). ``impl="fused"`` computes the same 20-round Threefry-2x32
+running beside the matmuls on a second core (docs/records.md, "CPU defaults: unrolled
+blocks, fused dropout, micro-batches of 8"). ``impl="fused"`` computes the same 20-round Threefry-2x32
 (Salmon et al., 2011; checked against ``jax.extend.random.threefry_2x32`` in
 tests/model/test_dropout.py) as plain element-wise integer ops, one counter per element (the
 element's index), keyed by the dropout key's bits; XLA fuses it with the select, so the mask costs

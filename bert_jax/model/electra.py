@@ -67,14 +67,16 @@ class ElectraForPreTraining(nnx.Module):
     """Generator + discriminator, trained together in one step."""
 
     def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs, generator_fraction: float = 0.25,
-                 rtd_weight: float = 50.0, rtd_prior: float = 0.0):
+                 rtd_weight: float = 50.0, rtd_prior: float = 0.0, tie_embeddings: bool = True):
         """``rtd_prior``: the replaced fraction the discriminator's output bias starts at (0: a zero
-        bias, the paper's; `ReplacedTokenHead`)."""
+        bias, the paper's; `ReplacedTokenHead`). ``tie_embeddings``: the generator reads (and decodes
+        through) the discriminator's embedding tables, as the paper; False gives it its own
+        (``generator/embeddings``; the reference's ``untied_generator_embeddings``)."""
         self.rtd_weight = float(rtd_weight)
         self.bert = BertEncoder(cfg, rngs=rngs)  # the discriminator; owns the shared embeddings
         gen_cfg = electra_generator_config(cfg, generator_fraction)
-        self.generator = BertEncoder(gen_cfg, rngs=rngs, with_embeddings=False)
-        self.mlm = MaskedLMHead(gen_cfg, rngs=rngs)  # decodes through the shared word embeddings
+        self.generator = BertEncoder(gen_cfg, rngs=rngs, with_embeddings=not tie_embeddings)
+        self.mlm = MaskedLMHead(gen_cfg, rngs=rngs)  # decodes through the generator's word embeddings
         self.rtd = ReplacedTokenHead(cfg, rngs=rngs, prior=rtd_prior)
 
     def __call__(self, input_ids, input_mask, segment_ids, masked_lm_positions, masked_lm_ids,
@@ -86,10 +88,14 @@ class ElectraForPreTraining(nnx.Module):
         kw = dict(attention_mask=packed_mask(example_ids) if packed else None, token_index=token_index,
                   position_ids=packed_positions(example_ids) if packed else None,
                   deterministic=deterministic, rngs=rngs)
-        embeddings = self.bert.embeddings
-        emb = embeddings(input_ids, segment_ids, kw["position_ids"], deterministic=deterministic,
-                         rngs=rngs)  # [batch, length, E]
-        gen = self.generator(input_ids, input_mask, segment_ids, embedding_output=emb, **kw)
+        if self.generator.embeddings is None:  # tied: the discriminator's tables
+            embeddings = self.bert.embeddings
+            emb = embeddings(input_ids, segment_ids, kw["position_ids"], deterministic=deterministic,
+                             rngs=rngs)  # [batch, length, E]
+            gen = self.generator(input_ids, input_mask, segment_ids, embedding_output=emb, **kw)
+        else:
+            embeddings = self.generator.embeddings
+            gen = self.generator(input_ids, input_mask, segment_ids, **kw)
         mlm_logits = self.mlm(gen.sequence_output, embeddings.word_embeddings, masked_lm_positions)  # [B, P, V]
         sampled = jax.random.categorical(sample_key, jax.lax.stop_gradient(mlm_logits))  # [batch, P]
         corrupted = replace_masked(input_ids, masked_lm_positions, masked_lm_weights, sampled)  # [B, L]

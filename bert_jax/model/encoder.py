@@ -89,7 +89,7 @@ class BertEncoder(nnx.Module):
 
         stacked = make_layers(rngs)  # every parameter: [layers, ...] ([1, ...] when shared)
         # Unrolled, each block keeps its own arrays (no slicing out of, or gradients written back into, a
-        # stack: measured faster on CPU, docs/benchmarks.md), with the values the stack was initialised to.
+        # stack: measured faster on CPU, docs/records.md), with the values the stack was initialised to.
         self.layers = stacked if cfg.stacks_layers else nnx.Dict(
             {str(i): block for i, block in enumerate(unstack(stacked, cfg))})
         self.pooler = (

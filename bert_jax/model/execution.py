@@ -79,7 +79,7 @@ def resolve_dropout(impl: str, platform: str) -> Literal["jax", "fused"]:
 
 def resolve_scan(scan_layers: bool | str, platform: str, *, shared: bool = False) -> bool:
     """``"auto"`` → False (unrolled blocks, each with its own parameters) on the CPU, where that
-    measured ~10% faster than the scan over stacked parameters (docs/benchmarks.md); True (one
+    measured ~10% faster than the scan over stacked parameters (docs/records.md); True (one
     ``lax.scan``: compile time and program size independent of depth) on GPU/TPU, and for ALBERT's
     ``shared`` block, which has no per-layer parameters to gain."""
     if scan_layers == "auto":
@@ -96,7 +96,7 @@ def resolve_per_device_batch(value: int | str, platform: str, *, rows: int) -> i
     """Rows per batch shard in one micro-batch of the training step (0: the whole batch at once).
     ``rows``: the batch's rows per shard. ``"auto"`` → 8 on the CPU when ``rows`` is a larger
     multiple of 8 (BERT-base at batch 32 measured ~1.2x faster as four accumulated micro-batches of
-    8 than as one batch, with less temporary memory; docs/benchmarks.md), else 0; on GPU/TPU 0 (a
+    8 than as one batch, with less temporary memory; docs/records.md), else 0; on GPU/TPU 0 (a
     large batch is what keeps their matrix units busy). A number (int or its string, as config
     flags give it) is returned as an int."""
     bad = ValueError(f"per_device_batch {value!r}: expected 'auto' or rows per device >= 0 (0: no micro-batches)")

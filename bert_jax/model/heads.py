@@ -71,10 +71,10 @@ class ReplacedTokenHead(nnx.Module):
     head already predicts the replaced fraction (the "prior" initialisation of a classifier's bias
     in Lin et al., 2017, the focal-loss paper). With a zero bias, the first steps' gradient asks
     every token's last hidden state to move the same way (down to the prior); at a short warmup
-    that common direction swamps token identity for a while (docs/choices.md, "The
+    that common direction swamps token identity for a while (docs/records.md, "The
     discriminator's output bias"). 0, the default, keeps the zero bias of the paper's code: at the
     demo's budget a prior raises the AUC but lets this head's readout take over the last layer, and
-    the checkpoint fine-tunes worse (docs/choices.md, "What the discriminator's last layer holds")."""
+    the checkpoint fine-tunes worse (docs/records.md, "What the discriminator's last layer holds")."""
 
     def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs, prior: float = 0.0):
         if not 0.0 <= prior < 1.0:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +118,54 @@ class CheckpointSaveError(UserError):
     """A checkpoint could not be written (disk full, file size limit, permissions)."""
 
 
+def _key(entry) -> str:
+    for name in ("key", "name", "idx"):  # DictKey, FlattenedIndexKey / GetAttrKey / SequenceKey
+        if hasattr(entry, name):
+            return str(getattr(entry, name))
+    return str(entry)
+
+
+def _shapes(tree: Any) -> dict[str, tuple]:
+    """``path/to/leaf`` → shape for every array (or metadata) leaf that has one."""
+    return {"/".join(_key(k) for k in path): tuple(leaf.shape)
+            for path, leaf in jax.tree_util.tree_leaves_with_path(tree) if getattr(leaf, "shape", None) is not None}
+
+
+def _stored_shapes(state_dir: epath.Path) -> dict[str, tuple]:
+    """The shapes of the arrays in a step's ``state`` item, from its metadata alone (no array is read);
+    empty if the metadata cannot be read (the restore then says why)."""
+    handler = ocp.StandardCheckpointHandler()
+    try:
+        metadata = handler.metadata(state_dir)
+    except Exception:  # noqa: BLE001
+        return {}
+    finally:
+        handler.close()
+    return _shapes(getattr(metadata, "item_metadata", metadata))
+
+
+def _quiet_abandoned_reads() -> None:
+    """After a restore failed part-way: TensorStore's reads still in flight complete later into the
+    event loop Orbax ran them in, closed by then, and each prints a "RuntimeError: Event loop is
+    closed" traceback (through `sys.unraisablehook`), a screenful after the error line. From here on
+    those alone are dropped; every other unraisable exception is reported as before."""
+    previous = sys.unraisablehook
+    if getattr(previous, "drops_closed_loop_callbacks", False):
+        return
+
+    def hook(unraisable) -> None:
+        e, tb = unraisable.exc_value, unraisable.exc_traceback
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        if (isinstance(e, RuntimeError) and str(e) == "Event loop is closed" and tb is not None
+                and tb.tb_frame.f_code.co_filename.endswith(os.path.join("asyncio", "base_events.py"))):
+            return
+        previous(unraisable)
+
+    hook.drops_closed_loop_callbacks = True
+    sys.unraisablehook = hook
+
+
 def _split(stored: Any, target: Any) -> Any:
     """A restored tree back in ``target``'s layout, each array in ``target``'s sharding."""
     if not has_per_layer(target):
@@ -137,6 +186,40 @@ def require_gcs_client(directory: epath.Path) -> None:
     except ImportError:
         raise UserError(f"{directory}: checkpoints in a gs:// bucket need the google-cloud-storage package "
                         "(Orbax reads the bucket's settings with it): pip install google-cloud-storage") from None
+
+
+def _missing_credentials() -> str | None:
+    """Why no Google credentials are to be found on this machine, or None if some are (a key file,
+    gcloud's application-default login, the test token). A Cloud VM's metadata server, which needs
+    none of them, is not asked: that takes the network."""
+    if os.environ.get("GOOGLE_AUTH_TOKEN_FOR_TESTING"):
+        return None
+    key = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS")
+    if key:
+        return None if os.path.isfile(key) else f"GOOGLE_APPLICATION_CREDENTIALS names {key}, which does not exist"
+    gcloud = os.environ.get("CLOUDSDK_CONFIG") or os.path.join(os.path.expanduser("~"), ".config", "gcloud")
+    if os.path.isfile(os.path.join(gcloud, "application_default_credentials.json")):
+        return None
+    return "GOOGLE_APPLICATION_CREDENTIALS is unset and gcloud has no application-default login"
+
+
+def require_storage_access(workdir: str | os.PathLike) -> None:
+    """Raises `UserError` naming a ``gs://`` workdir (any URL) that cannot be reached (no network, no
+    credentials, no such bucket), found by one look at it before the job starts: otherwise the first
+    write fails deep in the storage client, a traceback. Local workdirs are not checked."""
+    text = os.fspath(workdir)
+    if "://" not in text:
+        return
+    try:
+        as_path(text).exists()
+    except Exception as e:  # noqa: BLE001  (TensorFlow's, etils' or the storage client's errors alike)
+        reason = " ".join(str(e).split()) or type(e).__name__
+        if "error details: " in reason:  # TensorFlow's GCS: "... libcurl code 6 ..., error details: <why>"
+            reason = reason.split("error details: ", 1)[1].split(" when ", 1)[0]
+        missing = _missing_credentials()
+        raise UserError(f"--workdir {text}: cannot reach the storage ({reason[:200]})"
+                        + (f"; no Google credentials either: {missing}" if missing else "")
+                        + "; check the network and the credentials (gcloud auth application-default login)") from e
 
 
 class Checkpointer:
@@ -215,8 +298,9 @@ class Checkpointer:
         step = self.latest_step() if step is None else step
         if step is None:
             raise FileNotFoundError(f"{self.directory}: no checkpoint to restore")
+        self._check_shapes(step, to_stored(target), "does not fit this model/optimizer", hint)
         try:
-            out = self.manager.restore(step, args=ocp.args.Composite(
+            out = self._restore(step, ocp.args.Composite(
                 state=ocp.args.StandardRestore(to_stored(target)), meta=ocp.args.JsonRestore()))
         except (ValueError, KeyError) as e:
             raise CheckpointRestoreError(self._cannot(step, f"does not fit this model/optimizer: {e}", hint)) from e
@@ -238,15 +322,36 @@ class Checkpointer:
         if step is None:
             raise FileNotFoundError(f"{self.directory}: no checkpoint to restore")
         item = {"params": to_stored(target)}
+        self._check_shapes(step, item, "its parameters do not fit this model", False)
         args = ocp.args.PyTreeRestore(item, restore_args=ocp.checkpoint_utils.construct_restore_args(item),
                                       partial_restore=True)
         try:
-            out = self.manager.restore(step, args=ocp.args.Composite(state=args))
+            out = self._restore(step, ocp.args.Composite(state=args))
         except (ValueError, KeyError) as e:
             raise CheckpointRestoreError(self._cannot(step, f"its parameters do not fit this model: {e}", False)) from e
         except Exception as e:  # unreadable: truncated or missing files, tensorstore errors
             raise CheckpointRestoreError(self._cannot(step, f"{type(e).__name__}: {e}", False)) from e
         return _split(out.state["params"], target)
+
+    def _restore(self, step: int, args: ocp.args.Composite) -> Any:
+        """``manager.restore``; when it fails, the reads it started and abandoned are kept quiet
+        (`_quiet_abandoned_reads`)."""
+        try:
+            return self.manager.restore(step, args=args)
+        except BaseException:
+            _quiet_abandoned_reads()
+            raise
+
+    def _check_shapes(self, step: int, stored_target: Any, reason: str, hint: bool) -> None:
+        """Raises `CheckpointRestoreError` naming the first array whose shape on disk differs from
+        ``stored_target``'s (the target in `to_stored`'s layout), before any array is read: a restore
+        that fails part-way leaves TensorStore's reads completing into Orbax's closed event loop, a
+        screenful of "Event loop is closed" tracebacks after the error line."""
+        stored = _stored_shapes(self.directory / str(step) / "state")
+        for name, shape in _shapes(stored_target).items():
+            if name in stored and stored[name] != shape:
+                raise CheckpointRestoreError(self._cannot(
+                    step, f"{reason}: {name} is {list(stored[name])} in the checkpoint, {list(shape)} here", hint))
 
     def _cannot(self, step: int, reason: str, hint: bool) -> str:
         reason = " ".join(reason.split())

@@ -5,7 +5,7 @@ at what the label or token prior alone gives, and nothing downstream can be lear
 the loss curve looks merely flat. ELECTRA at tiny scale with lr 1e-3, 30 warmup steps and no Adam
 bias correction did this within 25-50 steps (the discriminator's per-token spread went 0.17 after
 the embeddings, 0.0006 after block 0, 0.0000 after block 1; held-out RTD BCE equal to the prior's
-entropy, AUC 0.47-0.52 up to step 300; docs/choices.md, "ELECTRA at small scale").
+entropy, AUC 0.47-0.52 up to step 300; docs/records.md, "ELECTRA at small scale").
 
 The metrics, all over the last layer's hidden states (ELECTRA: the discriminator's):
 
@@ -17,10 +17,17 @@ The metrics, all over the last layer's hidden states (ELECTRA: the discriminator
   real tokens (from histograms of its logits, `RTD_BINS` bins); ``rtd_prior_entropy``, H(p) in nats
   for p the replaced fraction, the BCE of the best constant prediction; ``rtd_bce_over_prior``,
   the RTD BCE divided by it (1 = no better than the prior; every step reports these two).
+* held-out only: ``token_top_share``, the share of the real tokens' variance along their first
+  principal direction (largest eigenvalue of their covariance over its trace): a pre-training
+  readout that takes over the last layer (ELECTRA's replaced-token logit) shows here while the
+  spread stays healthy; ``mlm_unigram_entropy``, the entropy in nats of the masked tokens' own
+  unigram distribution, the masked-LM loss of predicting every masked token by its frequency
+  among them (ELECTRA: what the generator's ``mlm_loss`` must beat).
 
-Each batch gives additive sums (`health_sums`, `rtd_histograms`; counts, per-feature sums and sums
-of squares, histogram counts) that micro-batches and evaluation batches add up exactly;
-`summarize_health` finishes them. `HealthMonitor` applies the collapse rule (`collapse_signs`).
+Each batch gives additive sums (`health_sums`, `held_out_sums`, `rtd_histograms`; counts,
+per-feature sums, sums of squares and of outer products, histogram counts) that micro-batches and
+evaluation batches add up exactly; `summarize_health` finishes them. `HealthMonitor` applies the
+collapse rule (`collapse_signs`) and two more warnings (`readout_sign`, `unigram_sign`).
 """
 
 from __future__ import annotations
@@ -43,7 +50,7 @@ RTD_LOGIT_RANGE = 16.0
 # The collapse rule (`collapse_signs`, `HealthMonitor`). Healthy ELECTRA runs pass through a short
 # "prior phase" (the discriminator first learns the replaced fraction: BCE = H(p), AUC ~0.5, token
 # spread down to 3-15% of step 0) and leave it within 10-40 steps; collapsed runs stay there (or
-# fall to a constant vector) for good. Measured on 27 tiny ELECTRA runs (docs/choices.md, "ELECTRA
+# fall to a constant vector) for good. Measured on 27 tiny ELECTRA runs (docs/records.md, "ELECTRA
 # at small scale"), evaluated every 10-25 steps: the rule below flags the 10 that ended at AUC 0.50-0.52
 # and none of those that ended above 0.6.
 #
@@ -61,6 +68,11 @@ TOKEN_SPREAD_LOW = 0.05
 RTD_BCE_BAND = 0.02
 RTD_AUC_MARGIN = 0.05
 COLLAPSE_PERSIST_STEPS = 50
+# The readout warning (`readout_sign`): ELECTRA's held-out token_top_share above this. The demo's
+# recipe (output bias at logit 0.4) ends at 0.27-0.29 and fine-tunes at least as well as scratch; the
+# bias at the replaced fraction (rtd_prior 0.15) passes 0.40 by step 150, ends at 0.63 and fine-tuned
+# below scratch (docs/records.md, "Health: the readout's share of the last layer").
+TOP_SHARE_WARN = 0.40
 
 
 def health_sums(hidden: jax.Array, batch: dict) -> dict[str, jax.Array]:
@@ -83,6 +95,19 @@ def health_sums(hidden: jax.Array, batch: dict) -> dict[str, jax.Array]:
             "token_sumsq": (real3 * h * h).sum((0, 1)),
             "cls_count": w.sum(), "cls_sum": (w3 * cls).sum((0, 1)),
             "cls_sumsq": (w3 * cls * cls).sum((0, 1))}
+
+
+def held_out_sums(hidden: jax.Array, batch: dict, vocab_size: int) -> dict[str, jax.Array]:
+    """The evaluation's extra additive sums: the real tokens' sum of outer products ``token_outer``
+    [embed, embed] of the last layer's ``hidden`` [batch, length, embed] (with `health_sums`'s count
+    and sum: their covariance), and ``mlm_label_counts`` [vocab_size], how often each token id is
+    a real masked-LM label. A matrix product: kept out of the training step, whose FLOPs stay the
+    model's."""
+    h = hidden.astype(jnp.float32) * batch["input_mask"].astype(jnp.float32)[..., None]  # [B, L, H], 0 on padding
+    ids = batch["masked_lm_ids"].reshape(-1)
+    weights = batch["masked_lm_weights"].astype(jnp.float32).reshape(-1)
+    return {"token_outer": jnp.einsum("bld,ble->de", h, h),
+            "mlm_label_counts": jnp.zeros((vocab_size,), jnp.float32).at[ids].add(weights)}
 
 
 def rtd_histograms(logits: jax.Array, labels: jax.Array, real: jax.Array) -> dict[str, jax.Array]:
@@ -118,14 +143,36 @@ def binary_entropy(p) -> jax.Array:
     return -(jax.scipy.special.xlogy(p, p) + jax.scipy.special.xlogy(1.0 - p, 1.0 - p))
 
 
+def top_share(count, total, outer) -> jax.Array:
+    """The largest eigenvalue of the covariance (from the count, the sum [H] and the sum of outer
+    products [H, H]) over their sum: the first principal direction's share of the variance."""
+    n = jnp.maximum(jnp.asarray(count, jnp.float32), 1.0)
+    mean = jnp.asarray(total, jnp.float32) / n
+    cov = jnp.asarray(outer, jnp.float32) / n - jnp.outer(mean, mean)
+    eig = jnp.maximum(jnp.linalg.eigvalsh((cov + cov.T) / 2), 0.0)
+    return eig[-1] / jnp.maximum(eig.sum(), 1e-12)
+
+
+def unigram_entropy(counts) -> jax.Array:
+    """Entropy in nats of the distribution the ``counts`` give (NaN without any)."""
+    counts = jnp.asarray(counts, jnp.float32)
+    total = counts.sum()
+    p = counts / jnp.where(total > 0, total, 1.0)
+    return jnp.where(total > 0, -jax.scipy.special.xlogy(p, p).sum(), jnp.nan)
+
+
 def summarize_health(m: dict) -> dict[str, jax.Array]:
-    """The sums of `health_sums` (and `rtd_histograms`, RTD sums) → the metrics named in the module
-    docstring; keys whose sums are absent are left out."""
+    """The sums of `health_sums` (and `held_out_sums`, `rtd_histograms`, RTD sums) → the metrics
+    named in the module docstring; keys whose sums are absent are left out."""
     out = {}
     if "token_sum" in m:
         out["token_spread"] = _spread(m["token_count"], m["token_sum"], m["token_sumsq"])
         out["cls_spread"] = _spread(m["cls_count"], m["cls_sum"], m["cls_sumsq"])
         out["cls_spread_ratio"] = out["cls_spread"] / jnp.maximum(out["token_spread"], 1e-12)
+    if "token_outer" in m:
+        out["token_top_share"] = top_share(m["token_count"], m["token_sum"], m["token_outer"])
+    if "mlm_label_counts" in m:
+        out["mlm_unigram_entropy"] = unigram_entropy(m["mlm_label_counts"])
     if "rtd_loss_sum" in m:
         tokens = jnp.maximum(m["rtd_tokens"], 1e-5)
         prior = binary_entropy(m["rtd_replaced"] / tokens)
@@ -160,6 +207,33 @@ def collapse_signs(metrics: dict, reference: dict | None, *, step: int, warmup_s
     return hard, soft
 
 
+def readout_sign(metrics: dict, *, step: int) -> str | None:
+    """Why an ELECTRA evaluation's last layer looks taken over by one direction (`TOP_SHARE_WARN`),
+    else None. Masked-LM runs log ``token_top_share`` without this test: their shares were not
+    measured against transfer."""
+    share = metrics.get("token_top_share")
+    if step > 0 and "rtd_auc" in metrics and _finite(share) and share > TOP_SHARE_WARN:
+        return (f"token_top_share {share:.0%}: one direction holds that share of the discriminator's last-layer "
+                f"variance (above {TOP_SHARE_WARN:.0%}), the replaced-token readout taking over the "
+                "representation, which then fine-tunes worse (try --config.electra.rtd_prior nearer 0.5)")
+    return None
+
+
+def unigram_sign(metrics: dict) -> str | None:
+    """Why an ELECTRA evaluation's generator predicts no better than token frequencies — its held-out
+    ``mlm_loss`` at or above ``mlm_unigram_entropy`` — else None. The masked tokens' own entropy is a
+    bound no unigram model beats, and one a learning masked LM passes late (BERT's runlocal: held-out
+    accuracy 1.78x the unigram baseline at loss 7.24 against 6.13), so BERT's runs are judged by
+    accuracy, not by this."""
+    loss, entropy = metrics.get("mlm_loss"), metrics.get("mlm_unigram_entropy")
+    if "rtd_loss" not in metrics or not (_finite(loss) and _finite(entropy) and loss >= entropy):
+        return None
+    who = "the generator's"
+    return (f"{who} held-out loss {loss:.2f} nats is above the unigram cross-entropy {entropy:.2f} nats of the "
+            "masked tokens (the loss of predicting each by its frequency among them): it predicts them no better "
+            "than their own frequencies would")
+
+
 def _finite(x) -> bool:
     """A finite number (metrics.jsonl stores NaN/Inf as strings)."""
     return isinstance(x, (int, float)) and math.isfinite(x)
@@ -169,18 +243,44 @@ class HealthMonitor:
     """Checks each train window and evaluation against the step-0 ``reference`` and prints ONE
     warning line (and logs it) the first time a run looks collapsed: a hard sign at once, soft signs
     once they have held at every evaluation for `COLLAPSE_PERSIST_STEPS` steps (`collapse_signs`).
-    ``advice``: what to try, in the job's own flags (`advice`)."""
+    ``advice``: what to try, in the job's own flags (`advice`). Evaluations get two more warnings,
+    each printed once: the readout taking over the last layer (`readout_sign`), and at the last
+    step (``total_steps``; 0: unknown, not checked) a masked LM no better than unigram frequencies
+    (`unigram_sign`)."""
 
-    def __init__(self, *, warmup_steps: int, advice: str, enabled: bool = True, reference: dict | None = None):
+    def __init__(self, *, warmup_steps: int, advice: str, enabled: bool = True, reference: dict | None = None,
+                 total_steps: int = 0):
         self.warmup_steps, self.advice, self.enabled = int(warmup_steps), advice, enabled
-        self.reference = reference
+        self.reference, self.total_steps = reference, int(total_steps)
         self.soft_since: int | None = None  # the first of the evaluations in a row with soft signs
-        self.warning: str | None = None  # the line printed, once
+        self.warning: str | None = None  # the collapse line printed, once
+        self.readout_warning: str | None = None
+        self.unigram_warning: str | None = None
 
     def check(self, step: int, metrics: dict, split: str) -> str | None:
-        """The warning line if this is the first collapse seen, else None."""
-        if not self.enabled or self.warning is not None:
+        """The warning lines printed by this check (joined by newlines), else None."""
+        if not self.enabled:
             return None
+        lines = [self._collapse(step, metrics, split)] if self.warning is None else []
+        if split == "eval" and self.readout_warning is None and (sign := readout_sign(metrics, step=step)):
+            self.readout_warning = self._say(f"WARNING: the readout took over the last layer at step {step} "
+                                             f"(held-out evaluation): {sign}.")
+            lines.append(self.readout_warning)
+        if (split == "eval" and self.total_steps and step >= self.total_steps and self.unigram_warning is None
+                and (sign := unigram_sign(metrics))):
+            self.unigram_warning = self._say(f"WARNING: at the end of pre-training (step {step}, held-out "
+                                             f"evaluation) {sign}.")
+            lines.append(self.unigram_warning)
+        lines = [line for line in lines if line]
+        return "\n".join(lines) if lines else None
+
+    @staticmethod
+    def _say(line: str) -> str:
+        print(line, flush=True)
+        log.warning("%s", line)
+        return line
+
+    def _collapse(self, step: int, metrics: dict, split: str) -> str | None:
         hard, soft = collapse_signs(metrics, self.reference, step=step, warmup_steps=self.warmup_steps, split=split)
         if split == "eval":
             self.soft_since = (step if self.soft_since is None else self.soft_since) if soft else None
@@ -191,10 +291,9 @@ class HealthMonitor:
         else:
             return None
         where = "held-out evaluation" if split == "eval" else "training"
-        self.warning = (f"WARNING: the representation collapsed at step {step} ({where}): " + "; ".join(reasons)
-                        + f". {self.advice} (docs/robustness.md, 'Representation health').")
-        print(self.warning, flush=True)
-        log.warning("%s", self.warning)
+        self.warning = self._say(f"WARNING: the representation collapsed at step {step} ({where}): "
+                                 + "; ".join(reasons)
+                                 + f". {self.advice} (docs/robustness.md, 'Representation health').")
         return self.warning
 
 

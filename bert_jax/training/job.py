@@ -117,9 +117,11 @@ def resolved(config, mesh=None):
 
 
 @contextlib.contextmanager
-def job(config, workdir, preemption: Preemption | None = None) -> Iterator[Job]:
+def job(config, workdir, preemption: Preemption | None = None, check=None) -> Iterator[Job]:
     """The job's start (see the module docstring) and, on the way out, its end. ``preemption``:
-    the caller's (``train.py`` installs it before anything else), else one for this job."""
+    the caller's (``train.py`` installs it before anything else), else one for this job.
+    ``check(config, workdir)``: the trainer's look at the workdir with the resolved config, before
+    anything is written there (e.g. `bert_jax.training.resume.check_workdir_model`)."""
     from bert_jax.training.distributed import initialize
     from input_pipeline import hide_accelerators_from_tf
 
@@ -131,6 +133,8 @@ def job(config, workdir, preemption: Preemption | None = None) -> Iterator[Job]:
         workdir = as_path(workdir)
         is_main = jax.process_index() == 0
         config = resolved(config)
+        if check is not None:
+            check(config, workdir)
         with WorkdirLock(workdir) if is_main else contextlib.nullcontext():  # before TF's import (seconds)
             hide_accelerators_from_tf()
             if is_main:

@@ -49,7 +49,7 @@ class OptimizerConfig:
 
     ``bias_correction=False`` is the original's ``AdamWeightDecayOptimizer``: it has no bias
     correction, and matching the released recipe is the point of this default; with a warmup it
-    barely matters (docs/choices.md works out by how much).
+    barely matters (docs/records.md works out by how much).
 
     ``warmup_steps``/``num_train_steps`` and the schedule count optimizer steps. Gradient
     accumulation is not the optimizer's business: the training step sums micro-batch gradients in a
@@ -70,6 +70,10 @@ class OptimizerConfig:
     schedule: str = "bert"
     # The decay's power: 1 is linear (the paper's); 0.5 NVIDIA's LAMB recipe (bert_schedule).
     decay_power: float = 1.0
+    # A multiplier on the learning rate of ELECTRA's generator (its encoder ``generator`` and its
+    # masked-LM head ``mlm``; the embedding tables are the discriminator's and keep the base rate).
+    # 1: the reference's one rate.
+    generator_lr_scale: float = 1.0
 
     def __post_init__(self):
         def bad(field, expected):
@@ -83,6 +87,9 @@ class OptimizerConfig:
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 bad(f, "a finite number >= 0")
+        g = self.generator_lr_scale
+        if isinstance(g, bool) or not isinstance(g, (int, float)) or not math.isfinite(g) or g <= 0:
+            bad("generator_lr_scale", "a finite number > 0")
         p = self.decay_power
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not math.isfinite(p) or p <= 0:
             bad("decay_power", "a finite number > 0")
@@ -279,4 +286,19 @@ def make_optimizer(cfg: Any, *, ignore_unknown: bool = False, stacked: Any = Non
                                  "bert_jax.model.axes.stacked_axes): one trust ratio per layer")
             parts.append(optax.masked(scale_by_layerwise_trust_ratio(stacked), decay_mask))
         parts.append(optax.scale_by_learning_rate(lr))
+    if cfg.generator_lr_scale != 1.0:
+        parts.append(scale_subtrees(GENERATOR_PARAMS, cfg.generator_lr_scale))
     return optax.chain(*parts), lr
+
+
+GENERATOR_PARAMS = ("generator", "mlm")  # ElectraForPreTraining's generator: its encoder and its MLM head
+
+
+def scale_subtrees(names: tuple[str, ...], factor: float) -> optax.GradientTransformation:
+    """Updates of the parameters under the top-level keys ``names`` times ``factor``; others as they are."""
+
+    def update(updates, state, params=None):
+        del params
+        return {k: jax.tree.map(lambda u: u * factor, v) if k in names else v for k, v in updates.items()}, state
+
+    return optax.GradientTransformation(lambda params: optax.EmptyState(), update)

@@ -50,10 +50,12 @@ def init_state(cfg: BertConfig, objective: str, tx: optax.GradientTransformation
     return new_state(nnx.state(model, nnx.Param).to_pure_dict(), tx)
 
 
-def pretraining_losses(out, batch, rtd_histograms: bool = False) -> dict[str, jax.Array]:
+def pretraining_losses(out, batch, held_out: bool = False) -> dict[str, jax.Array]:
     """Sums over one batch: masked-LM cross-entropy and accuracy over real predictions (weights),
-    NSP/SOP, ELECTRA's RTD, and the last layer's health sums (`bert_jax.training.health`;
-    ``rtd_histograms``: also the discriminator's logit histograms for the held-out AUC)."""
+    NSP/SOP, ELECTRA's RTD (and how often the generator's sample is the original token), and the
+    last layer's health sums (`bert_jax.training.health`; ``held_out``: also the evaluation's, the
+    discriminator's logit histograms for the AUC, the tokens' covariance and the masked tokens'
+    unigram counts)."""
     logits = out.mlm_logits  # [batch, P, vocab] float32
     labels, weights = batch["masked_lm_ids"], batch["masked_lm_weights"]  # [batch, P]
     ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)  # [batch, P]
@@ -77,10 +79,16 @@ def pretraining_losses(out, batch, rtd_histograms: bool = False) -> dict[str, ja
         m["rtd_correct"] = (((out.rtd_logits > 0) == (out.rtd_labels > 0)) * real).sum()
         m["rtd_replaced"] = (out.rtd_labels * real).sum()
         m["rtd_tokens"] = real.sum()
-        if rtd_histograms:
+        # The generator's sampled accuracy (google-research/electra's sampled_masked_lm_accuracy): a
+        # masked position whose sample is the original token is labelled original.
+        replaced_at_masks = jnp.take_along_axis(out.rtd_labels, batch["masked_lm_positions"], axis=1)  # [batch, P]
+        m["mlm_sampled_correct"] = ((1.0 - replaced_at_masks) * weights).sum()
+        if held_out:
             m.update(health.rtd_histograms(out.rtd_logits, out.rtd_labels, real))
     if out.encoder is not None:
         m.update(health.health_sums(out.encoder.sequence_output, batch))
+        if held_out:
+            m.update(health.held_out_sums(out.encoder.sequence_output, batch, logits.shape[-1]))
     return m
 
 
@@ -95,7 +103,7 @@ def loss_denominators(batch) -> dict[str, jax.Array]:
 
 
 def _loss(params, graphdef, batch, rng, deterministic: bool, denominators: dict | None = None,
-          rtd_histograms: bool = False):
+          held_out: bool = False):
     model = nnx.merge(graphdef, params)
     optional = {k: batch[k] for k in MODEL_INPUT_KEYS if k in batch}
     rngs = None if deterministic else nnx.Rngs(dropout=rng)
@@ -109,7 +117,7 @@ def _loss(params, graphdef, batch, rng, deterministic: bool, denominators: dict 
                     deterministic=deterministic, rngs=rngs, **optional)
     else:
         out = model(*args, deterministic=deterministic, rngs=rngs, **optional)
-    m = pretraining_losses(out, batch, rtd_histograms)
+    m = pretraining_losses(out, batch, held_out)
     if isinstance(model, ElectraForPreTraining):
         m["rtd_weighted_loss_sum"] = model.rtd_weight * m["rtd_loss_sum"]  # λ · BCE, summed like the rest
     d = m if denominators is None else denominators  # this batch's counts, or the whole batch's
@@ -135,6 +143,7 @@ def summarize(m: dict[str, jax.Array]) -> dict[str, jax.Array]:
         out["rtd_loss"] = m["rtd_loss_sum"] / tokens
         out["rtd_accuracy"] = m["rtd_correct"] / tokens
         out["rtd_replaced_fraction"] = m["rtd_replaced"] / tokens  # how often the generator fooled the mask
+        out["mlm_sampled_accuracy"] = m["mlm_sampled_correct"] / jnp.maximum(m["mlm_weight"], 1e-5)
         rtd = {"weighted": m["rtd_weighted_loss_sum"] / tokens}
     out["loss"] = out["mlm_loss"] + out.get("nsp_loss", 0.0) + rtd.get("weighted", 0.0)
     out["examples"] = m["examples"]  # examples in the summed batches (packed rows hold several)
@@ -188,7 +197,7 @@ def apply_gradients(state: TrainState, grads, tx, schedule, metrics: dict) -> tu
 
 
 def eval_step(params: dict, batch: dict, *, graphdef) -> dict:
-    """Sums over one batch (add them up across batches, then `summarize`); ELECTRA's include the
-    logit histograms of the held-out AUC."""
-    _, sums = _loss(params, graphdef, batch, None, True, rtd_histograms=True)
+    """Sums over one batch (add them up across batches, then `summarize`), with the held-out extras
+    (`pretraining_losses`)."""
+    _, sums = _loss(params, graphdef, batch, None, True, held_out=True)
     return sums

@@ -34,7 +34,7 @@ from bert_jax.training.job import job
 from bert_jax.training.loop import train_loop
 from bert_jax.training.metric_writer import MetricWriter, read_metrics
 from bert_jax.training.progress import Progress
-from bert_jax.training.resume import gather_data_states, initial_state
+from bert_jax.training.resume import check_workdir_model, gather_data_states, initial_state
 from bert_jax.training.steps import Steps, jit_steps
 
 log = logging.getLogger(__name__)
@@ -95,7 +95,7 @@ def unpadded(place, config, mesh, rules, accumulation: int = 1):
     multiple = config.unpad_multiple
     if multiple and jax.process_count() > 1:
         raise ValueError("config.unpad_multiple needs a single process: every process would have to agree on "
-                         "each batch's number of real tokens while seeing only its own rows (docs/tpu.md)")
+                         "each batch's number of real tokens while seeing only its own rows (docs/pretraining.md)")
     if multiple and accumulation > 1:
         raise ValueError("config.unpad_multiple does not go with micro-batches: set per_device_batch=0")
     from input_pipeline.pretraining.unpadding import adding_token_index
@@ -153,6 +153,9 @@ def build_steps(config, model_cfg: BertConfig, mesh: Mesh) -> Steps:
     builder (`bert_jax.training.steps.jit_steps`). Gradient accumulation is a ``lax.scan`` inside
     the step (one call = one optimizer step over `accumulation_steps` micro-batches)."""
     optimizer = config.optimizer.to_dict()
+    if optimizer.get("generator_lr_scale", 1.0) != 1.0 and config.objective != "rtd":
+        raise ValueError(f"--config.optimizer.generator_lr_scale={optimizer['generator_lr_scale']}: ELECTRA's "
+                         f"generator rate (objective 'rtd'); objective {config.objective!r} has no generator")
     rules = tuple(tuple(r) for r in config.sharding_rules)
     accumulation = accumulation_steps(config, mesh, rules)
     make_model = ts.pretraining_model(model_cfg, config.objective, electra_settings(config))
@@ -184,19 +187,31 @@ def step0_reference(workdir) -> dict | None:
     return rows[-1] if rows else None
 
 
-def _eval_input(config, block: tuple[int, int]):
+def eval_source(config) -> str | None:
+    """What the held-out evaluation reads, or None when it is switched off (``eval_every=0`` or
+    ``eval_steps=0``). Evaluation on with no held-out data is an error: a long run would otherwise
+    train blind (docs/data.md builds held-out shards)."""
     if not (config.eval_every and config.eval_steps):
         return None
     d = config.data
-    if d.kind == "synthetic" or d.eval_input or d.eval_fraction:
-        return make_input(config, "eval", block)
-    log.warning("no held-out data (set config.data.eval_input to held-out shards): evaluation is off")
-    return None
+    if d.kind == "synthetic":
+        return "synthetic batches"
+    if d.eval_input:
+        return d.eval_input
+    if d.eval_fraction:
+        return f"every {max(int(round(1 / d.eval_fraction)), 2)}th document of {d.input}"
+    raise ValueError("no held-out data: set --config.data.eval_input to held-out shards (docs/data.md), or "
+                     "--config.data.eval_fraction=F to hold out documents of text input, or --config.eval_every=0 "
+                     "to train without evaluation")
+
+
+def _eval_input(config, block: tuple[int, int]):
+    return None if eval_source(config) is None else make_input(config, "eval", block)
 
 
 def run(config, workdir: str | Path, preemption=None) -> dict:
     """Pre-trains per ``config`` in ``workdir``; returns the last logged train/eval metrics."""
-    with job(config, workdir, preemption) as j:
+    with job(config, workdir, preemption, check=check_workdir_model) as j:
         return _run(config, j)
 
 
@@ -223,7 +238,7 @@ def _run(config, j) -> dict:
     batches = None
     last = {}
     try:
-        state = initial_state(config, steps, ckpt, data, block)
+        state = initial_state(config, steps, ckpt, data, block, model=model_cfg)
         if prefetch:  # read, pack and place the next batches while the step runs
             from bert_jax.training.prefetch import DevicePrefetch
 
@@ -235,7 +250,7 @@ def _run(config, j) -> dict:
             return {"data": states[0], "data_per_process": states, "step": step, "model": dataclasses.asdict(model_cfg)}
 
         monitor = health.HealthMonitor(warmup_steps=config.optimizer.warmup_steps, enabled=is_main,
-                                       advice=health.advice(config.optimizer))
+                                       advice=health.advice(config.optimizer), total_steps=config.num_train_steps)
 
         def evaluate_and_log(state, step: int) -> bool:
             if eval_data.state() != eval_start:

@@ -36,6 +36,15 @@ log = logging.getLogger(__name__)
 RECORD_SUFFIXES = (".tfrecord", ".tfrecord.gz", ".tfrecords")
 
 
+def check_shards(spec: str, d) -> list[str] | None:
+    """The TFRecord files ``spec`` names, checked against the data config ``d`` (lengths, masking),
+    or None when ``spec`` names text input."""
+    files = _record_files(spec)
+    if files:
+        _check_shapes(files[0], d, "GZIP" if files[0].endswith(".gz") else None)
+    return files
+
+
 def _record_files(spec: str) -> list[str] | None:
     """The shard files if ``spec`` names TFRecords (or a create_pretraining_data directory)."""
     spec = resolve(spec)

@@ -191,7 +191,7 @@ def _mask_features(features, seed, cfg, is_continuation, max_rows: int | None = 
 
 def _chunked_draws(seed, r, length, static_length) -> tf.Tensor:
     """[n, r, length], row i = ``_draw([r, length], seed[i])``: a loop over unrolled chunks (faster to
-    trace than one fully unrolled graph, faster to run than a per-row loop: docs/benchmarks.md)."""
+    trace than one fully unrolled graph, faster to run than a per-row loop: docs/records.md)."""
     n = tf.shape(seed)[0]
     chunks = (n + _UNROLL - 1) // _UNROLL
     padded = tf.reshape(tf.pad(seed, [[0, chunks * _UNROLL - n], [0, 0]]), [chunks, _UNROLL, 2])
@@ -265,7 +265,7 @@ def mask_dataset(ds: tf.data.Dataset, cfg: MaskingConfig, *, seed: int,
     (seed, epoch) always reproduces the same one, whatever `num_parallel_calls` or `micro_batch`:
     element i equals `mask_example(element_i, example_seed(seed, epoch, i), cfg)`.
     Single examples ([L]) with fully static shapes are masked `micro_batch` at a time (batch, mask
-    with per-row seeds, unbatch; faster than a per-example map, docs/benchmarks.md); other single examples
+    with per-row seeds, unbatch; faster than a per-example map, docs/records.md); other single examples
     are mapped one by one. Already-batched elements ([B, L]) get one seed per batch (i = batch
     index), i.e. `mask_example(batch_i, example_seed(seed, epoch, i), cfg)`.
 

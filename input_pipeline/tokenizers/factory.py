@@ -29,7 +29,12 @@ VOCAB_TXT = "vocab.txt"
 def load_tokenizer(path_or_dir: str | os.PathLike) -> Tokenizer:
     """A `WordPieceTokenizer` for a vocab.txt, a `SentencePieceTokenizer` for a .model file, a
     `RobertaBPETokenizer` for a vocab.json (merges.txt beside it), or for a directory holding one of
-    them; `VocabError` naming the path otherwise. A URL (``gs://``) must name a WordPiece ``*.txt``."""
+    them; `VocabError` naming the path otherwise. A URL (``gs://``) must name a WordPiece ``*.txt``;
+    a package's data by name (``pkg:minilm/vocab.txt``, `input_pipeline.package_data.resolve`) is resolved."""
+    if os.fspath(path_or_dir).startswith("pkg:"):
+        from input_pipeline.package_data import resolve
+
+        path_or_dir = resolve(os.fspath(path_or_dir))
     if is_url(path_or_dir):
         url = os.fspath(path_or_dir)
         if not url.endswith(".txt"):

@@ -1,5 +1,5 @@
 """bert_jax/benchmark/processes.py: one process per implementation, taking turns; its command lines,
-its errors and its summary (the processes stubbed: the real run is in docs/benchmarks.md)."""
+its errors and its summary (the processes stubbed: the real run is in docs/records.md)."""
 
 import json
 

@@ -4,6 +4,7 @@ and (slow) the whole demo end to end with a few steps, then re-run to reuse ever
 import json
 import math
 
+import numpy as np
 import pytest
 
 from bert_jax.demo import pipeline as demo
@@ -33,11 +34,15 @@ def test_arguments_defaults_aliases_and_errors(tmp_path, monkeypatch, capsys):
     assert args.pretrain_models == ["electra"]  # the default: it transfers at this budget (docs/choices.md)
     assert demo.pretrain_arg(args, "electra") == "model=electra,steps=100"
     assert demo.pretrain_arg(demo.parse_args([]), "electra") == "model=electra"
+    assert demo.parse_args([]).select_lr == []
+    assert demo.parse_args(["--select-lr", "1e-4, 2e-4"]).select_lr == [1e-4, 2e-4]
     for bad, message in ((["--pretrain_steps", "0"], "must be positive"), (["--seeds", "-1"], "must be positive"),
                          (["--corpus", str(tmp_path / "nope.txt")], "no such file"),
                          (["--task-file", str(tmp_path / "nope.tsv")], "no such file"),
                          (["--pretrain_steps", "many"], "invalid int"),
-                         (["--pretrain_models", "bert,xlnet"], "expected some of bert, electra")):
+                         (["--pretrain_models", "bert,xlnet"], "expected some of bert, electra"),
+                         (["--select_lr", "fast"], "expected comma-separated numbers"),
+                         (["--select_lr", "1e-4,0"], "must be positive")):
         with pytest.raises(SystemExit):
             demo.parse_args(bad)
         assert message in capsys.readouterr().err
@@ -97,9 +102,16 @@ def test_pretraining_is_redone_when_the_recipe_changes(tmp_path, monkeypatch, ca
         return config
 
     monkeypatch.setattr(config_args, "load_config_file", new_recipe)
+    stale = [args.workdir / "finetune" / f"pretrained-{directory.name}",
+             args.workdir / "select" / f"pretrained-{directory.name}-lr0.0001"]
+    scratch = args.workdir / "select" / "scratch-lr0.0001"
+    for d in (*stale, scratch):
+        d.mkdir(parents=True)
     demo.pretrain(args, "/v/vocab.txt", report, model="electra")
     assert not (directory / "kept").exists() and "starting it over" in capsys.readouterr().out
     assert runs == [default, default, 0.3]
+    # fine-tuning runs from the old checkpoint (the table's and --select_lr's) go with it; scratch's stay
+    assert not any(d.exists() for d in stale) and scratch.exists()
 
 
 def test_finetuning_is_redone_when_the_recipe_changes(tmp_path, monkeypatch, capsys):
@@ -154,8 +166,11 @@ def test_report_table(tmp_path):
                            "baseline": baseline},
                   "electra": {"steps": 8, "batch": 64, "seq_len": 128, "dir": str(tmp_path / "pretrain-electra-8"),
                               "curve": [[8, 0.07]], "auc_curve": [[0, 0.5], [8, 0.81]], "baseline": baseline,
+                              "loss_curve": [[0, 9.1], [8, 8.0]],
                               "final": {"mlm_accuracy": 0.07, "rtd_accuracy": 0.9, "rtd_replaced_fraction": 0.12,
-                                        "rtd_auc": 0.81, "rtd_bce_over_prior": 0.87}}}
+                                        "rtd_auc": 0.81, "rtd_bce_over_prior": 0.87, "mlm_loss": 8.004,
+                                        "mlm_unigram_entropy": 7.012, "mlm_sampled_accuracy": 0.046,
+                                        "token_top_share": 0.234}}}
     row = dict(seeds=3, per_seed=[0.6, 0.61, 0.62], mean=0.61, steps=891, epochs=3.0, lr=1e-4, batch=32,
                max_train_examples=0, fixed_steps=0)
     r.finetune = [dict(row, label="tiny, pre-trained here", pooling="mean",
@@ -163,7 +178,11 @@ def test_report_table(tmp_path):
                   dict(row, label="tiny, from scratch", probe={"last4_mean": 0.62, "mean": 0.6, "cls": 0.59}),
                   dict(row, label="all-MiniLM-L6-v2", seeds=1, per_seed=[0.8], mean=0.8, epochs=1.0,
                        steps=94, max_train_examples=3000)]
-    r.dev = {"train": 9514, "dev": 1054, "majority": 0.5057}
+    r.dev = {"train": 8563, "validation": 951, "dev": 1054, "majority": 0.5057}
+    r.finetune[0]["key"], r.finetune[1]["key"] = "pretrained-pretrain-electra-8", "scratch"
+    r.comparisons = [{"row": "pretrained-pretrain-electra-8", "label": "x", "seeds": 3, "scratch_seeds": 3,
+                      "difference": 0.0221, "low": 0.0102, "high": 0.0339, "n": 1054, "resamples": 2000,
+                      "bootstrap_seed": 0, "level": 0.95}]
     text = r.markdown()
     assert "Command: `python -m bert_jax.demo --pretrain_steps 10`" in text
     assert "MLM accuracy **0.110** on held-out documents vs. unigram baseline 0.050 (always `the`)" in text
@@ -176,8 +195,16 @@ def test_report_table(tmp_path):
     assert "(mean of 1 seed: 0.800; 1 epoch = 94 steps of 32 on the first 3,000 training sentences, lr 0.0001" in text
     assert "| total | | | 7 min 10 s |" in text and "5: 0.050, 10: 0.110" in text
     assert "| 3e. pre-training, tiny ELECTRA, 8 steps × 64 × 128, generator MLM + 50 × replaced-token " \
-           "detection | generator MLM accuracy **0.070**" in text and "on 0.900 of real tokens (0.120 replaced)" in text
-    assert "the discriminator's held-out AUC **0.810** (BCE 0.87 × the label prior's entropy)" in text
+           "detection | the discriminator's held-out AUC **0.810** (BCE 0.87 × the label prior's entropy), right on " \
+           "0.900 of real tokens (0.120 replaced); its last layer's top direction holds 23% of the variance. The " \
+           "generator: held-out loss **8.00** nats, above the masked tokens' unigram cross-entropy 7.01; sampled " \
+           "accuracy 0.0460 |" in text
+    assert "generator MLM accuracy" not in text  # ELECTRA's generator is reported by its loss
+    assert "(step: nats): 0: 9.10, 8: 8.00; the masked tokens' unigram cross-entropy" in text
+    assert "| 4a − 4b. pre-trained minus scratch | dev accuracy **+0.022** [+0.010, +0.034]: 95% interval, " \
+           "paired bootstrap over the 1,054 dev sentences |" in text
+    assert "8,563 training, 951 validation" in text
+    assert "1,054 dev sentences (reported here; the pre-training recipe was chosen on it earlier" in text
     assert "ELECTRA: the discriminator's held-out AUC (step: AUC): 0: 0.500, 8: 0.810." in text
     assert "| 1 min 14 s |" in text and "`pretrain-electra-8/`" in text
     assert "majority class scores 0.506" in text and f"tensorboard --logdir {tmp_path}" in text
@@ -194,13 +221,17 @@ def test_demo_end_to_end_with_few_steps_then_reuses_everything(tmp_path, capsys)
     out = capsys.readouterr().out
     text = (work / "demo_results.md").read_text()
     assert text in out and "==> [3e] pre-training" in out
-    for needle in ("| 3e. pre-training, tiny ELECTRA, 8 steps × 32 × 128", "unigram baseline 0.0",
-                   "the discriminator's held-out AUC **",
+    for needle in ("| 3e. pre-training, tiny ELECTRA, 8 steps × 32 × 128", "the masked tokens' unigram cross-entropy",
+                   "the discriminator's held-out AUC **", "sampled accuracy 0.0",
+                   "| 4a − 4b. pre-trained minus scratch",
                    "| 4a. fine-tune tiny, pre-trained here (pretrain-electra-8)", "| 4b. fine-tune tiny, from scratch",
                    "| 4c. fine-tune all-MiniLM-L6-v2", "(mean of 2 seeds:", "(mean of 1 seed:", "6 steps"):
         assert needle in text, needle
     baseline = json.loads((work / "pretrain-electra-8" / "unigram_baseline.json").read_text())[1]
     assert baseline["token"] == "the" and 0.03 < baseline["accuracy"] < 0.08
+    final = json.loads((work / "pretrain-electra-8" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert final["mlm_loss"] > final["mlm_unigram_entropy"] > 4 and 0 <= final["token_top_share"] <= 1
+    assert "WARNING: at the end of pre-training (step 8, held-out evaluation) the generator's held-out loss" in out
     for row in ("pretrained-pretrain-electra-8", "scratch", "minilm"):
         results = json.loads((work / "finetune" / row / "results.json").read_text())
         assert all(0.0 <= r["dev"]["accuracy"] <= 1.0 for r in results["per_seed"])
@@ -220,7 +251,93 @@ def test_task_text_holds_the_training_sentences_without_labels_and_never_dev(tmp
     path = demo.task_text(args, report)
     lines = open(path, encoding="utf-8").read().split("\n")
     sentences = [line for line in lines if line]
-    assert len(sentences) == 36 == report.task_text["sentences"]  # every 10th line is dev
+    # every 10th line is dev, every 10th of the other lines validation (line 11: sentence 10)
+    assert len(sentences) == 33 == report.task_text["sentences"]
     assert "sentence number 9 ." not in sentences and "sentence number 0 ." in sentences
+    assert "sentence number 10 ." not in sentences and "sentence number 11 ." in sentences
     assert not any("\t" in line for line in lines)  # no labels
     assert lines[demo.TASK_TEXT_DOC_SENTENCES] == ""  # documents of TASK_TEXT_DOC_SENTENCES sentences
+
+
+def test_paired_bootstrap_interval():
+    """The interval of a mean of paired differences: fixed by its seed, around the observed
+    difference, as wide as the normal approximation says; no difference gives [0, 0]."""
+    rng = np.random.default_rng(0)
+    b = (rng.random(1000) < 0.7).astype(float)  # one row right on 70% of the sentences
+    a = b.copy()
+    a[rng.choice(1000, 80, replace=False)] = 1.0  # the other right on those and some more
+    r = demo_report.paired_bootstrap(a, b, resamples=2000, seed=0)
+    assert r["difference"] == pytest.approx((a - b).mean()) and r["n"] == 1000
+    assert 0 < r["low"] < r["difference"] < r["high"]
+    assert r["high"] - r["low"] == pytest.approx(2 * 1.96 * (a - b).std() / np.sqrt(1000), rel=0.15)
+    assert demo_report.paired_bootstrap(a, b, resamples=2000, seed=0) == r
+    assert demo_report.paired_bootstrap(b, a)["high"] < 0
+    same = demo_report.paired_bootstrap(b, b)
+    assert (same["low"], same["difference"], same["high"]) == (0.0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="equal-length"):
+        demo_report.paired_bootstrap([], [])
+
+
+def _predictions(directory, rows):
+    """A prediction file as the fine-tuning trainer writes it: (id, prediction, label) rows."""
+    (directory / "predictions").mkdir(parents=True)
+    lines = ["id\tprediction\tp_positive\tlabel\ttext"] + [f"{i}\t{p}\t0.5\t{g}\ta\ttext" for i, p, g in rows]
+    (directory / "predictions" / "dev_sentiment.tsv").write_text("\n".join(lines) + "\n")
+
+
+def test_pretrained_minus_scratch_from_the_prediction_files(tmp_path):
+    """Each dev sentence's correctness averaged over a row's seeds (seed_<s>/ when several), then
+    the paired bootstrap of the pre-trained row minus scratch."""
+    pos, neg = "positive", "negative"
+    pre, scratch = tmp_path / "pre", tmp_path / "scratch"
+    _predictions(pre / "seed_0", [("10", pos, pos), ("20", pos, neg), ("30", neg, neg), ("40", neg, neg)])
+    _predictions(pre / "seed_1", [("10", pos, pos), ("20", neg, neg), ("30", neg, neg), ("40", neg, neg)])
+    _predictions(scratch, [("10", neg, pos), ("20", neg, neg), ("30", neg, neg), ("40", neg, neg)])
+    assert demo_report.dev_correctness(pre, [0, 1]) == {"10": 1.0, "20": 0.5, "30": 1.0, "40": 1.0}
+    assert demo_report.dev_correctness(scratch, [0]) == {"10": 0.0, "20": 1.0, "30": 1.0, "40": 1.0}
+    assert demo_report.dev_correctness(pre, [0, 2]) is None  # a seed without predictions
+    report = demo_report.Report(workdir=tmp_path, argv=[])
+    report.finetune = [{"key": "pretrained-pretrain-electra-8", "label": "pre", "dir": str(pre), "seed_ids": [0, 1]},
+                       {"key": "scratch", "label": "scratch", "dir": str(scratch), "seed_ids": [0]}]
+    demo.compare_to_scratch(report)
+    (c,) = report.comparisons
+    assert c["difference"] == pytest.approx((1.0 - 0.5) / 4)  # sentence 10: +1, sentence 20: -0.5
+    assert (c["n"], c["seeds"], c["scratch_seeds"]) == (4, 2, 1)
+    assert c["low"] <= c["difference"] <= c["high"] and (c["resamples"], c["bootstrap_seed"]) == (2000, 0)
+
+
+def test_select_lr_scores_validation_and_the_table_scores_dev(tmp_path, monkeypatch, capsys):
+    """--select_lr fine-tunes every row at each rate on the training split and scores the
+    validation split only; the demo's own rows score dev only."""
+    from bert_jax import launch
+
+    seen = []
+
+    def fake_run(config, workdir):
+        seen.append((config.task.eval_splits, config.task.validation_every, config.optimizer.learning_rate))
+        split = config.task.eval_splits
+        accuracy = {1e-4: 0.70, 2e-4: 0.72}[config.optimizer.learning_rate] + (0.01 if config.init_checkpoint else 0)
+        results = {"seeds": [0], "per_seed": [{split: {"accuracy": accuracy}}], "summary": {}}
+        (workdir / "results.json").write_text(json.dumps(results) + "\n")
+        return results
+
+    monkeypatch.setattr(launch, "run", fake_run)
+    reviews = tmp_path / "reviews.tsv"
+    reviews.write_text("".join(f"{i % 2}\tsentence number {i}\n" for i in range(200)))
+    args = demo.parse_args(["--workdir", str(tmp_path / "w"), "--task_file", str(reviews), "--seeds", "1",
+                            "--select_lr", "1e-4,2e-4"])
+    report = demo_report.Report(workdir=args.workdir, argv=["--select_lr", "1e-4,2e-4"])
+    path = demo.select_lr(args, {"minilm": None}, "/v/vocab.txt", {"electra": tmp_path / "pretrain-electra-8"}, report)
+    assert seen == [("validation", demo.VALIDATION_EVERY, lr) for lr in (1e-4, 2e-4)] * 2  # two rows
+    text = path.read_text()
+    assert text in capsys.readouterr().out and "Dev is not read" in text
+    assert "Validation: 18 sentences" in text and "fine-tuned on the other 162" in text
+    assert "| tiny, pre-trained here (pretrain-electra-8) | 0.710, " in text and "| **0.730**, " in text
+    assert text.count("| 0.0002 |") == 2  # the rate each row chose
+    seen.clear()
+    monkeypatch.setattr(demo, "frozen_probe", lambda *a, **k: {})
+    monkeypatch.setattr(demo_report, "finetune_row", lambda *a, **k: {})
+    demo.finetune(args, {"minilm": None}, "/v/vocab.txt", {}, report)
+    assert seen == [("dev", demo.VALIDATION_EVERY, demo.TINY_FINETUNE["lr"])]
+    assert report.dev["validation"] == 18 and report.dev["train"] == 162 and report.dev["dev"] == 20
+

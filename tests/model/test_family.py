@@ -185,6 +185,36 @@ def test_electra_shares_embeddings_and_labels_replacements():
     assert np.asarray(run(model, b, key=1).rtd_labels).sum() == 0
 
 
+def test_electra_untied_generator_has_and_decodes_through_its_own_tables(tmp_path):
+    """tie_embeddings=False (the reference's untied_generator_embeddings): the generator's own tables
+    under generator/embeddings, its MLM logits move with them and not with the discriminator's, and the
+    HF export's generator carries them."""
+    from bert_jax.interop import convert
+
+    cfg = BertConfig.from_size("tiny", **TINY, embedding_size=32, use_pooler=False)
+    model = create(ElectraForPreTraining, cfg, generator_fraction=0.5, tie_embeddings=False)
+    params = nnx.state(model, nnx.Param).to_pure_dict()
+    own = params["generator"]["embeddings"]["word_embeddings"]["embedding"]
+    assert own.shape == params["bert"]["embeddings"]["word_embeddings"]["embedding"].shape
+    b = electra_batch()
+    before = np.asarray(run(model, b).mlm_logits)
+    state = nnx.state(model, nnx.Param)
+    pure = state.to_pure_dict()
+    pure["bert"]["embeddings"]["word_embeddings"]["embedding"] = jnp.zeros_like(own)
+    nnx.replace_by_pure_dict(state, pure)
+    nnx.update(model, state)
+    np.testing.assert_array_equal(np.asarray(run(model, b).mlm_logits), before)  # not the discriminator's
+    pure["generator"]["embeddings"]["word_embeddings"]["embedding"] = 2 * own
+    nnx.replace_by_pure_dict(state, pure)
+    nnx.update(model, state)
+    assert not np.allclose(np.asarray(run(model, b).mlm_logits), before)
+    from safetensors.numpy import load_file
+
+    _, gen_dir = convert.export_electra(model, cfg, tmp_path)
+    exported = load_file(gen_dir / "model.safetensors")
+    np.testing.assert_array_equal(exported["electra.embeddings.word_embeddings.weight"], 2 * np.asarray(own))
+
+
 @pytest.mark.slow  # ~30 s; ELECTRA's losses step by step: tests/training/test_trajectory_golden.py
 def test_electra_loss_is_mlm_plus_weighted_bce_and_sampling_passes_no_gradient():
     cfg = BertConfig.from_size("tiny", **TINY, embedding_size=32, use_pooler=False)

@@ -1,7 +1,8 @@
 """Representation health (bert_jax/training/health.py): the metrics' maths, their exact
-accumulation over micro-batches and evaluation batches, the collapse rule, and the rule on real
-training: the old ELECTRA runlocal recipe (lr 1e-3, 30 warmup steps, no bias correction) collapses
-on a small structured corpus and is flagged; the recipe of configs/pretrain.py is not."""
+accumulation over micro-batches and evaluation batches, the collapse rule, the readout and unigram
+warnings, and the rule on real training: the old ELECTRA runlocal recipe (lr 1e-3, 30 warmup steps,
+no bias correction) collapses on a small structured corpus and is flagged; the recipe of
+configs/pretrain.py is not."""
 
 from __future__ import annotations
 
@@ -85,6 +86,44 @@ def test_prior_entropy_and_ratio():
     np.testing.assert_allclose([got["rtd_prior_entropy"], got["rtd_bce_over_prior"]], [entropy, 1.0], rtol=1e-5)
 
 
+def test_top_share_and_unigram_entropy_match_numpy_and_add_up():
+    """token_top_share: the covariance's largest eigenvalue over its trace, over real tokens only;
+    mlm_unigram_entropy: the entropy of the real masked labels' frequencies; both from sums that
+    two halves of a batch add up to."""
+    rng = np.random.default_rng(3)
+    hidden = rng.normal(size=(6, 9, 5)).astype(np.float32)
+    hidden[..., 0] += 4.0 * rng.normal(size=(6, 9)).astype(np.float32)  # one direction dominates
+    mask = (np.arange(9)[None] < rng.integers(2, 10, 6)[:, None]).astype(np.int32)
+    hidden[mask == 0] = 100.0  # padding must not count
+    batch = {"input_mask": mask, "masked_lm_ids": rng.integers(0, 7, (6, 4)).astype(np.int32),
+             "masked_lm_weights": (rng.random((6, 4)) < 0.8).astype(np.float32)}
+
+    def sums(rows):
+        part = {k: v[rows] for k, v in batch.items()}
+        return {**health.health_sums(jnp.asarray(hidden[rows]), part),
+                **health.held_out_sums(jnp.asarray(hidden[rows]), part, vocab_size=7)}
+
+    got = health.summarize_health(sums(slice(None)))
+    eig = np.linalg.eigvalsh(np.cov(hidden[mask > 0].T, bias=True))
+    np.testing.assert_allclose(float(got["token_top_share"]), eig[-1] / eig.sum(), rtol=1e-4)
+    assert 0.5 < float(got["token_top_share"]) < 1.0
+    labels = batch["masked_lm_ids"][batch["masked_lm_weights"] > 0]
+    p = np.bincount(labels, minlength=7) / len(labels)
+    np.testing.assert_allclose(float(got["mlm_unigram_entropy"]), -(p[p > 0] * np.log(p[p > 0])).sum(), rtol=1e-5)
+    halves = [sums(slice(0, 3)), sums(slice(3, 6))]
+    summed = health.summarize_health(jax.tree.map(lambda a, b: a + b, *halves))
+    for k in ("token_top_share", "mlm_unigram_entropy"):
+        np.testing.assert_allclose(float(summed[k]), float(got[k]), rtol=1e-4, err_msg=k)
+    isotropic = rng.normal(size=(64, 32, 8)).astype(np.float32)
+    share = health.summarize_health({**health.health_sums(jnp.asarray(isotropic), {"input_mask": np.ones((64, 32))}),
+                                     **health.held_out_sums(jnp.asarray(isotropic), {
+                                         "input_mask": np.ones((64, 32)), "masked_lm_ids": np.zeros((64, 1), np.int32),
+                                         "masked_lm_weights": np.ones((64, 1))}, vocab_size=3)})
+    assert 1 / 8 < float(share["token_top_share"]) < 0.16  # no direction preferred: about 1/8 each
+    assert float(share["mlm_unigram_entropy"]) == 0.0  # one token only
+    assert np.isnan(float(health.unigram_entropy(np.zeros(4))))
+
+
 # --- exact accumulation in the real steps -------------------------------------------------------
 
 TINY = dict(num_layers=2, hidden_size=32, num_heads=2, intermediate_size=64, vocab_size=60,
@@ -140,8 +179,13 @@ def test_electra_reports_the_discriminators_health():
     assert sums["rtd_hist_replaced"].shape == (health.RTD_BINS,)
     assert float(sums["rtd_hist_replaced"].sum() + sums["rtd_hist_original"].sum()) == float(sums["rtd_tokens"])
     got = ts.summarize(sums)
-    assert {"rtd_auc", "rtd_prior_entropy", "rtd_bce_over_prior", *HEALTH} <= set(got)
+    assert {"rtd_auc", "rtd_prior_entropy", "rtd_bce_over_prior", "token_top_share", "mlm_unigram_entropy",
+            "mlm_sampled_accuracy", *HEALTH} <= set(got)
     assert 0.0 <= float(got["rtd_auc"]) <= 1.0 and float(got["token_spread"]) > 0.1
+    # Only masked positions can be replaced: the samples that are not the original are the replaced tokens.
+    assert float(sums["mlm_weight"] - sums["mlm_sampled_correct"]) == float(sums["rtd_replaced"])
+    assert 0.0 <= float(got["mlm_sampled_accuracy"]) < 0.5 and 0.0 < float(got["token_top_share"]) < 1.0
+    assert float(sums["mlm_label_counts"].sum()) == float(sums["mlm_weight"])
 
 
 # --- the rule ----------------------------------------------------------------------------------
@@ -184,6 +228,37 @@ def test_training_windows_give_hard_signs_only():
     assert m.check(100, {"token_spread": 0.001}, "train").startswith("WARNING")
     assert _monitor(reference=None).check(100, {"token_spread": 0.0}, "eval") is None  # no reference, no test
     assert _monitor(enabled=False).check(100, {"token_spread": 0.0}, "eval") is None
+
+
+def test_readout_warning_once_above_the_threshold_at_evaluations(capsys):
+    m = _monitor()
+    below, above = health.TOP_SHARE_WARN - 0.05, health.TOP_SHARE_WARN + 0.05
+    electra = {"token_spread": 0.8, "rtd_auc": 0.8}
+    assert m.check(0, {**electra, "token_top_share": above}, "eval") is None  # step 0: not a sign
+    assert m.check(100, {**electra, "token_top_share": below}, "eval") is None
+    assert m.check(150, {**electra, "token_top_share": above}, "train") is None  # held-out only
+    assert m.check(150, {"token_spread": 0.8, "token_top_share": above}, "eval") is None  # MLM: logged only
+    line = m.check(200, {**electra, "token_top_share": above}, "eval")
+    assert line.startswith("WARNING: the readout took over the last layer at step 200") and f"{above:.0%}" in line
+    assert m.check(250, {**electra, "token_top_share": above}, "eval") is None  # once
+    assert m.warning is None  # not a collapse
+    assert capsys.readouterr().out.count("WARNING") == 1
+
+
+def test_unigram_warning_at_the_last_evaluation_only():
+    generator = {"token_spread": 0.8, "mlm_loss": 8.0, "mlm_unigram_entropy": 7.01, "rtd_loss": 0.3}
+    m = _monitor(total_steps=250)
+    assert m.check(100, generator, "eval") is None  # not the end yet
+    assert m.check(250, generator, "train") is None  # the last train window is not held out
+    line = m.check(250, generator, "eval")
+    assert line == ("WARNING: at the end of pre-training (step 250, held-out evaluation) the generator's held-out "
+                    "loss 8.00 nats is above the unigram cross-entropy 7.01 nats of the masked tokens (the loss of "
+                    "predicting each by its frequency among them): it predicts them no better than their own "
+                    "frequencies would.")
+    assert _monitor(total_steps=250).check(250, {**generator, "mlm_loss": 6.5}, "eval") is None
+    bert = {k: v for k, v in generator.items() if k != "rtd_loss"}
+    assert _monitor(total_steps=250).check(250, bert, "eval") is None  # a masked LM: judged by accuracy
+    assert _monitor().check(250, generator, "eval") is None  # total_steps unknown: not checked
 
 
 def test_advice_names_the_flags():

@@ -282,3 +282,20 @@ def test_accumulation_is_not_an_optimizer_field():
     # Gradient accumulation is the training step's lax.scan (trainer.build_steps pops it).
     with pytest.raises(ValueError, match=r"unknown optimizer config field.*accumulation_steps"):
         OptimizerConfig.from_config_dict({"accumulation_steps": 2})
+
+
+def test_generator_lr_scale_scales_only_the_generator():
+    """ELECTRA's generator at its own rate: its updates x the factor, every other parameter's unchanged."""
+    params = {"generator": {"w": jnp.ones((3,))}, "mlm": {"b": jnp.zeros((2,))}, "bert": {"w": jnp.ones((3,))}}
+    grads = jax.tree.map(lambda p: jnp.full_like(p, 0.5), params)
+    cfg = dict(learning_rate=1e-3, warmup_steps=0, num_train_steps=10, bias_correction=True)
+    base, _ = make_optimizer(cfg)
+    scaled, _ = make_optimizer({**cfg, "generator_lr_scale": 4.0})
+    u1, _ = base.update(grads, base.init(params), params)
+    u4, _ = scaled.update(grads, scaled.init(params), params)
+    np.testing.assert_allclose(u4["generator"]["w"], 4 * u1["generator"]["w"], rtol=1e-6)
+    np.testing.assert_allclose(u4["mlm"]["b"], 4 * u1["mlm"]["b"], rtol=1e-6)
+    np.testing.assert_array_equal(u4["bert"]["w"], u1["bert"]["w"])
+    assert float(jnp.abs(u1["bert"]["w"]).max()) > 0
+    with pytest.raises(ValueError, match="generator_lr_scale"):
+        OptimizerConfig(generator_lr_scale=0.0)

@@ -75,3 +75,98 @@ def test_truncated_file_names_the_step(two_checkpoints):
     assert "\n" not in str(e.value)
     with pytest.raises(ValueError, match=r"--config.restore=7: expected 'latest', 'previous' .* holds steps \[1, 2\]"):
         ckpt.restore_step(7)
+
+
+def test_reads_abandoned_by_a_failed_restore_are_quiet(monkeypatch):
+    """After a restore fails part-way, TensorStore's reads still in flight complete into Orbax's closed
+    event loop, each an "Event loop is closed" RuntimeError through `sys.unraisablehook` (a screenful of
+    tracebacks after the error line): from then on those alone are dropped."""
+    import asyncio
+    import sys
+    import types
+
+    from bert_jax.training import checkpoints
+
+    loop = asyncio.new_event_loop()
+    loop.close()
+
+    def unraisable(call):
+        try:
+            call()
+        except Exception as e:  # noqa: BLE001
+            return types.SimpleNamespace(exc_type=type(e), exc_value=e, exc_traceback=e.__traceback__,
+                                         err_msg=None, object=None)
+
+    closed = unraisable(lambda: loop.call_soon_threadsafe(print))  # what TensorStore's callback meets
+    other = unraisable(lambda: 1 / 0)
+    elsewhere = unraisable(lambda: (_ for _ in ()).throw(RuntimeError("Event loop is closed")))  # not asyncio's
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", seen.append)
+    checkpoints._quiet_abandoned_reads()
+    checkpoints._quiet_abandoned_reads()  # wrapped once
+    for args in (closed, other, elsewhere):
+        sys.unraisablehook(args)
+    assert seen == [other, elsewhere]
+
+
+def test_an_array_of_another_shape_is_named_before_any_read(two_checkpoints, monkeypatch):
+    """The checkpoint's metadata alone shows that it does not fit: nothing is read (no reads to abandon)."""
+    target = _target()
+    target["params"]["b"] = jax.ShapeDtypeStruct((4,), np.float32)
+    monkeypatch.setattr(two_checkpoints.manager, "restore", lambda *a, **k: pytest.fail("an array was read"))
+    with pytest.raises(CheckpointRestoreError, match=r"checkpoints/2: cannot restore the checkpoint of step 2: does "
+                       r"not fit this model/optimizer: params/b is \[3\] in the checkpoint, \[4\] here\. "
+                       r"--config.restore=previous resumes from step 1"):
+        two_checkpoints.restore(target, 2)
+
+
+def test_a_checkpoint_of_another_model_is_named_by_its_fields(tmp_path):
+    """`resume` compares the checkpoint's record of its model with the run's before reading the state:
+    the fields that differ, old → new; how the model runs (dtype, scan, remat) and dropout may change."""
+    import dataclasses
+
+    from bert_jax.model.config import BertConfig
+    from bert_jax.training.resume import model_changes, resume
+
+    tiny = BertConfig.from_size("tiny")
+    ckpt = Checkpointer(tmp_path, async_save=False)
+    try:
+        ckpt.save(1, jax.tree.map(jax.numpy.asarray, _state(1)), {"step": 1, "model": dataclasses.asdict(tiny)})
+        other = dataclasses.replace(tiny, hidden_size=64, num_layers=3)
+        with pytest.raises(CheckpointRestoreError) as e:
+            resume(ckpt, None, model=other)
+        assert str(e.value) == (f"{tmp_path} holds a checkpoint of another model: model.hidden_size 128 → 64, "
+                                "model.num_layers 2 → 3; use another --workdir to start fresh (or restore the old "
+                                "values)")
+    finally:
+        ckpt.close()
+    runs_otherwise = dataclasses.replace(tiny, dtype="bfloat16", scan_layers=not tiny.scan_layers, remat_policy="full",
+                                         hidden_dropout_prob=0.0, attention_dropout_prob=0.0)
+    assert model_changes(dataclasses.asdict(tiny), runs_otherwise) == []
+    assert model_changes(None, other) == []  # a checkpoint from before the record: the restore decides
+
+
+def test_a_workdir_of_another_model_is_refused_before_the_job_writes(tmp_path, tiny_config):
+    """`check_workdir_model`, the pre-training job's look at its workdir before config.json is written:
+    the config's model against the checkpoint's record (the vocabulary's size is `resume`'s to check)."""
+    import dataclasses
+
+    from bert_jax.resolve import described_model
+    from bert_jax.training.job import resolved
+    from bert_jax.training.resume import check_workdir_model
+
+    config = resolved(tiny_config())
+    check_workdir_model(config, tmp_path / "new")  # no checkpoints: nothing to compare
+    assert not (tmp_path / "new").exists()
+    ckpt = Checkpointer(tmp_path, async_save=False)
+    try:
+        saved = described_model(config.model, vocab_size=30522)
+        ckpt.save(1, jax.tree.map(jax.numpy.asarray, _state(1)), {"step": 1, "model": dataclasses.asdict(saved)})
+    finally:
+        ckpt.close()
+    check_workdir_model(config, tmp_path)  # the same model (its vocabulary aside)
+    config.model.size = "mini"
+    with pytest.raises(CheckpointRestoreError, match=rf"^{tmp_path} holds a checkpoint of another model: "
+                       r"model.hidden_size 128 → 256, model.num_layers 2 → 4, model.num_heads 2 → 4, "
+                       r"model.intermediate_size 512 → 1024; use another --workdir"):
+        check_workdir_model(config, tmp_path)

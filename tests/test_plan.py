@@ -1,0 +1,81 @@
+"""``python train.py ... --dry_run`` (bert_jax/plan.py): the plan of a job, its inputs checked,
+nothing run or written; and the rule that a pre-training job with evaluation on needs held-out data."""
+
+import subprocess
+import sys
+
+import pytest
+
+from bert_jax import launch
+from tests.fixtures.pretraining_data import L, P
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+@pytest.fixture()
+def shards_config(pretraining_data, pretraining_config):
+    """configs/pretrain.py (tiny, static masking) on the fixture's static shards, held out: the unmasked ones."""
+
+    def config(**overrides):
+        c = pretraining_config(pretraining_data, pretraining_data / "static", masking="static",
+                               eval_input=str(pretraining_data / "static"))
+        c.batch_size, c.num_train_steps = 8, 20
+        for key, value in overrides.items():
+            section, _, name = key.rpartition(".")
+            (c[section] if section else c)[name] = value
+        return c
+
+    return config
+
+
+def test_plan_names_steps_data_evaluation_and_memory(shards_config, tmp_path):
+    text = launch.dry_run(shards_config(), tmp_path / "w")
+    assert "steps: 0 -> 20 (20 to run), batch 8" in text
+    assert f"{8 * L * 20:,} tokens" in text
+    assert "(4 TFRecord files)" in text and f"length {L}, {P} predictions" in text
+    assert "evaluation: every" in text and "static" in text.split("evaluation:")[1]
+    assert "start: fresh parameters" in text
+    assert "GiB of parameters and optimizer state" in text
+    assert not (tmp_path / "w").exists()  # nothing written
+
+
+def test_no_held_out_data_is_an_error_unless_evaluation_is_off(shards_config, tmp_path):
+    with pytest.raises(ValueError, match=r"no held-out data: set --config.data.eval_input.*--config.eval_every=0"):
+        launch.dry_run(shards_config(**{"data.eval_input": ""}), tmp_path / "w")
+    text = launch.dry_run(shards_config(**{"data.eval_input": "", "eval_every": 0}), tmp_path / "w")
+    assert "evaluation: off" in text
+
+
+def test_shards_that_do_not_fit_the_config_fail_the_dry_run(shards_config, tmp_path):
+    with pytest.raises(ValueError, match=r"max_seq_length"):
+        launch.dry_run(shards_config(**{"data.max_seq_length": 2 * L}), tmp_path / "w")
+
+
+def test_phase_two_plan_starts_from_phase_one(shards_config, tmp_path):
+    """init_checkpoint=<phase-1 workdir>: the plan starts at its last step and keeps its schedule;
+    a workdir without checkpoints is an error naming the key."""
+    with pytest.raises(FileNotFoundError, match=r"--config.init_checkpoint=.*no checkpoints/"):
+        launch.dry_run(shards_config(init_checkpoint=str(tmp_path / "nothing")), tmp_path / "w2")
+    (tmp_path / "p1" / "checkpoints" / "900").mkdir(parents=True)
+    text = launch.dry_run(shards_config(init_checkpoint=str(tmp_path / "p1")), tmp_path / "w2")
+    assert "state at step 900" in text and "its schedule continues" in text
+
+
+def test_train_py_dry_run_prints_the_plan_and_writes_nothing(shards_config, pretraining_data, tmp_path):
+    """The command line: the plan on stdout, exit 0, no workdir; a bad path: one error line, status 2."""
+    base = [sys.executable, "train.py", "--config", "configs/pretrain.py:size=tiny,masking=static",
+            f"--config.data.input={pretraining_data / 'static'}",
+            f"--config.data.vocab={pretraining_data / 'vocab.txt'}",
+            f"--config.data.max_seq_length={L}", f"--config.data.max_predictions_per_seq={P}", "--dry_run"]
+    env = {"JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "3", "PATH": "/usr/bin:/bin"}
+    ok = subprocess.run([*base, f"--config.data.eval_input={pretraining_data / 'static'}", "--workdir",
+                         str(tmp_path / "w")], capture_output=True, text=True, env=env, timeout=300)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert "steps: 0 -> 900,000" in ok.stdout and "evaluation: every 10,000 steps" in ok.stdout
+    assert not (tmp_path / "w").exists()
+    bad = subprocess.run([*base, "--workdir", str(tmp_path / "w")], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert bad.returncode == 2
+    errors = [line for line in bad.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "no held-out data" in errors[0]
+    assert "Traceback" not in bad.stderr

@@ -1,0 +1,42 @@
+"""Every ``runlocal`` recipe learns within its smoke budget (slow: a few CPU minutes each).
+
+``python train.py --config configs/pretrain.py:[model=M,]runlocal``, run as the README shows it, must
+end with a held-out masked-LM accuracy of at least 1.5x the unigram baseline (always predicting the
+token most often masked in the training split, measured on the same held-out documents and masks:
+`bert_jax.demo.report.unigram_baseline`, as the demo measures it), with no collapse warning. ELECTRA
+pre-trains its discriminator: its held-out AUC must reach 0.75, and its generator's masked-LM
+accuracy must beat the unigram baseline. The fast tests guarding the same code:
+tests/training/test_health.py (the warnings) and tests/training/test_trainer.py (the loop).
+"""
+
+import logging
+
+import pytest
+
+from bert_jax import launch
+from bert_jax.demo.report import unigram_baseline
+
+pytestmark = pytest.mark.slow
+
+
+# ELECTRA's generator does not beat the unigram baseline yet (docs/records.md, "The runlocal recipes"):
+# strict, so the test says when a recipe fixes it.
+ELECTRA_GENERATOR = pytest.mark.xfail(strict=True, reason="the runlocal generator stays below the unigram baseline")
+
+
+@pytest.mark.parametrize("model", ["bert", "roberta", "albert", pytest.param("electra", marks=ELECTRA_GENERATOR)])
+def test_runlocal_learns(model, load_config, tmp_path, caplog, wikipedia_dump, minilm_dir):
+    config = load_config("pretrain", "runlocal" if model == "bert" else f"model={model},runlocal")
+    _, baseline = unigram_baseline(config, eval_epochs=1)
+    with caplog.at_level(logging.WARNING):
+        last = launch.run(config, tmp_path / model)
+    warnings = [r.getMessage() for r in caplog.records if "WARNING: " in r.getMessage()]
+    assert not warnings, warnings
+    accuracy = last["eval"]["mlm_accuracy"]
+    print(f"{model}: held-out MLM accuracy {accuracy:.4f}, unigram baseline {baseline['accuracy']:.4f}; "
+          f"{last['eval']}")
+    if model == "electra":
+        assert last["eval"]["rtd_auc"] >= 0.75, last["eval"]
+        assert accuracy > baseline["accuracy"], (accuracy, baseline)
+    else:
+        assert accuracy >= 1.5 * baseline["accuracy"], (accuracy, baseline)
