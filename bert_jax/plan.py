@@ -85,7 +85,7 @@ def _data_line(c, spec: str, split: str) -> str:
     """``spec`` checked as the job reads it: TFRecord shards (count, shapes) or text files."""
     from input_pipeline.corpora import sources
     from input_pipeline.package_data import resolve
-    from input_pipeline.pretraining.dataset import check_shards
+    from input_pipeline.pretraining.dataset import check_shards, held_out_every
 
     if not spec:
         raise ValueError("config.data.input is empty: set --config.data.input=... (see docs/data.md)")
@@ -96,7 +96,7 @@ def _data_line(c, spec: str, split: str) -> str:
         return f"{spec} ({len(files):,} TFRecord files)"
     found = sources.list_files(resolve(spec))
     fraction = c.data.eval_fraction
-    held = f", every {max(int(round(1 / fraction)), 2)}th document held out" if fraction and not c.data.eval_input \
+    held = f", every {held_out_every(fraction)}th document held out" if fraction and not c.data.eval_input \
         else ""
     return f"{spec} ({len(found):,} text file(s){held if split == 'train' else ''})"
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import logging
 from collections.abc import Callable
 from pathlib import Path
 
@@ -36,8 +35,6 @@ from bert_jax.training.metric_writer import MetricWriter, read_metrics
 from bert_jax.training.progress import Progress
 from bert_jax.training.resume import check_workdir_model, gather_data_states, initial_state
 from bert_jax.training.steps import Steps, jit_steps
-
-log = logging.getLogger(__name__)
 
 
 def model_config(config, vocab_size: int) -> BertConfig:
@@ -199,7 +196,9 @@ def eval_source(config) -> str | None:
     if d.eval_input:
         return d.eval_input
     if d.eval_fraction:
-        return f"every {max(int(round(1 / d.eval_fraction)), 2)}th document of {d.input}"
+        from input_pipeline.pretraining.dataset import held_out_every
+
+        return f"every {held_out_every(d.eval_fraction)}th document of {d.input}"
     raise ValueError("no held-out data: set --config.data.eval_input to held-out shards (docs/data.md), or "
                      "--config.data.eval_fraction=F to hold out documents of text input, or --config.eval_every=0 "
                      "to train without evaluation")

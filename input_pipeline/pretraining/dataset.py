@@ -36,6 +36,11 @@ log = logging.getLogger(__name__)
 RECORD_SUFFIXES = (".tfrecord", ".tfrecord.gz", ".tfrecords")
 
 
+def held_out_every(fraction: float) -> int:
+    """``data.eval_fraction`` as the text input's held-out rule: every n-th document is held out."""
+    return max(int(round(1 / fraction)), 2)
+
+
 def check_shards(spec: str, d) -> list[str] | None:
     """The TFRecord files ``spec`` names, checked against the data config ``d`` (lengths, masking),
     or None when ``spec`` names text input."""
@@ -179,7 +184,7 @@ def _in_memory_examples(spec: str, tokenizer, d, split: str, objective: str) -> 
     docs = list(sources.read_documents(resolve(spec), format=d.format, report=report))
     log.info("read %s: %s", spec, report.summary())
     if d.eval_fraction and not d.eval_input:
-        every = max(int(round(1 / d.eval_fraction)), 2)
+        every = held_out_every(d.eval_fraction)
         docs = [doc for i, doc in enumerate(docs) if (i % every == 0) == (split == "eval")]
     tokenized = list(featurize.tokenize_documents(docs, tokenizer))
     return featurize.build_examples(tokenized, tokenizer, objective=objective,
