@@ -9,14 +9,14 @@ training or writing anything (bert_jax/plan.py).
 
 A bad flag, config file, config argument or ``--config.<key>``, and bad input found later (a missing
 or malformed data file, a checkpoint that does not fit), print one ``error:`` line and exit with
-status 2 (input_pipeline/cli.py; ``BERT_JAX_DEBUG=1`` shows the traceback); such a job leaves its
+status 2 (input_pipeline/command_line.py; ``BERT_JAX_DEBUG=1`` shows the traceback); such a job leaves its
 workdir as it was (bert_jax/launch.py). A run whose loss becomes NaN/Inf exits with status 1.
 """
 
 from absl import flags
 from ml_collections import config_flags
 
-from input_pipeline import cli
+from input_pipeline import command_line as cli
 
 FLAGS = flags.FLAGS
 

@@ -4,7 +4,7 @@
 A config with a ``task`` section (configs/glue.py, squad.py, ner.py, sentiment.py) fine-tunes
 (`bert_jax.finetuning.trainer`); any other config pre-trains (`bert_jax.training.trainer`).
 
-Bad input (a user error in the sense of `input_pipeline.cli.is_user_error`: a missing file, a
+Bad input (a user error in the sense of `input_pipeline.command_line.is_user_error`: a missing file, a
 malformed row, a config value out of range, a checkpoint that does not fit) that stops a
 single-process job before it commits a checkpoint leaves a local workdir as it was: a workdir the
 job created is removed, and in an existing one the top-level entries the job created are removed
@@ -22,7 +22,7 @@ import os
 import shutil
 from pathlib import Path
 
-from input_pipeline import cli
+from input_pipeline import command_line as cli
 
 CONFIG_JSON = "config.json"
 

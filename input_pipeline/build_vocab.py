@@ -230,7 +230,7 @@ def define_flags(fv=None) -> None:
 
 
 if __name__ == "__main__":
-    from input_pipeline import cli
+    from input_pipeline import command_line as cli
 
     define_flags()
     cli.run_absl(main)

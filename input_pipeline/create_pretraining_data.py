@@ -45,7 +45,8 @@ import tensorflow as tf
 from absl import flags
 from tqdm.auto import tqdm
 
-from input_pipeline import cli, hide_accelerators_from_tf
+from input_pipeline import command_line as cli
+from input_pipeline import hide_accelerators_from_tf
 from input_pipeline.corpora import sources
 from input_pipeline.package_data import resolve
 from input_pipeline.pretraining import examples, outputs

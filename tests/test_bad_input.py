@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 from absl import flags
 
-from input_pipeline import cli
+from input_pipeline import command_line as cli
 from tests.fixtures.bad_inputs import CASES, CPD, PT, _with, write_files
 
 ROOT = Path(__file__).resolve().parent.parent

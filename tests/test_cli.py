@@ -1,6 +1,6 @@
 """Command-line tools: importable together with no flags defined at import time; each prints its
 usage for --help (status 0) and reports a user error as one ``error:`` line with status 2
-(input_pipeline/cli.py)."""
+(input_pipeline/command_line.py)."""
 
 import importlib
 import os
@@ -16,7 +16,8 @@ from absl import flags
 import bert_jax
 import input_pipeline
 from bert_jax.interop import extract_features
-from input_pipeline import cli, create_pretraining_data
+from input_pipeline import command_line as cli
+from input_pipeline import create_pretraining_data
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -472,7 +472,7 @@ class Runner:
         from absl import flags
 
         from bert_jax import launch
-        from input_pipeline import cli
+        from input_pipeline import command_line as cli
 
         argv = ["train.py", *args] + ([] if "--dry_run" in args else ["--dry_run"])
         train = _train_module()
@@ -528,7 +528,7 @@ class Runner:
         from absl import flags
 
         from input_pipeline import build_vocab as bv
-        from input_pipeline import cli
+        from input_pipeline import command_line as cli
 
         fv = flags.FlagValues()
         bv.define_flags(fv)

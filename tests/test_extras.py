@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from bert_jax.serve.__main__ import APPS_MODULES
-from input_pipeline import cli
+from input_pipeline import command_line as cli
 
 ROOT = Path(__file__).resolve().parents[1]
 APPS = {"matplotlib", "starlette", "uvicorn", "prometheus-client", "httpx"}

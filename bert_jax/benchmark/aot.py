@@ -33,7 +33,7 @@ import time
 
 from bert_jax.benchmark.tpu_topology import CHIPS, Chip, topology_name, tpu_devices  # noqa: F401 (aot.CHIPS ...)
 from bert_jax.resolve import resolve
-from input_pipeline import cli
+from input_pipeline import command_line as cli
 
 
 def load_config(spec: str, overrides: list[str]):

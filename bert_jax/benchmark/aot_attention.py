@@ -31,7 +31,7 @@ import json
 import math
 
 from bert_jax.benchmark import aot
-from input_pipeline import cli
+from input_pipeline import command_line as cli
 
 VARIANTS = ("xla", "xla_no_dropout", "splash")
 

@@ -35,7 +35,7 @@ import json
 import sys
 
 from bert_jax.benchmark import aot
-from input_pipeline import cli
+from input_pipeline import command_line as cli
 
 COST_KEYS = ("flops", "bytes accessed")
 

@@ -27,7 +27,7 @@ compiler's estimate").
 from __future__ import annotations
 
 from bert_jax.benchmark import aot
-from input_pipeline import cli
+from input_pipeline import command_line as cli
 
 PARTS = ("projection", "ffn", "attention", "block")
 PER_LAYER = {"projection": 4, "ffn": 2, "attention": 1}  # the block counts itself

@@ -10,7 +10,7 @@ import shlex
 import sys
 
 from bert_jax.model.execution import resolve_per_device_batch
-from input_pipeline import cli
+from input_pipeline import command_line as cli
 
 
 def parse_args(argv=None, usage: str = "") -> argparse.Namespace:

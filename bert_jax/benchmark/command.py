@@ -65,7 +65,7 @@ import time
 from bert_jax.benchmark.args import parse_args
 from bert_jax.benchmark.memory import find_max_batch
 from bert_jax.benchmark.timing import Bench, run_one, summary
-from input_pipeline.cli import UserError
+from input_pipeline.command_line import UserError
 
 
 def main(argv=None) -> list[dict]:

@@ -45,7 +45,7 @@ from bert_jax.finetuning import lengths
 from bert_jax.finetuning.trainer import build_steps, train_batch
 from bert_jax.model.config import BertConfig
 from bert_jax.training import sharding as sh
-from input_pipeline import cli
+from input_pipeline import command_line as cli
 from input_pipeline.tasks.base import feature_shapes
 
 log = logging.getLogger(__name__)

@@ -28,7 +28,8 @@ import os
 import tempfile
 import time
 
-from input_pipeline import cli, hide_accelerators_from_tf
+from input_pipeline import command_line as cli
+from input_pipeline import hide_accelerators_from_tf
 from input_pipeline.package_data import resolve
 
 

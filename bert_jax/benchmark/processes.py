@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 
-from input_pipeline import cli
+from input_pipeline import command_line as cli
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -25,7 +25,7 @@ from bert_jax.training import sharding as sh
 from bert_jax.training.trainer import build_steps, model_config
 from input_pipeline.pretraining.packing import PackedBatches
 from input_pipeline.pretraining.synthetic import SyntheticBatches
-from input_pipeline.pretraining.unpadding import token_index, with_token_index
+from input_pipeline.unpadding import token_index, with_token_index
 
 
 def dict_with(config, **fields):

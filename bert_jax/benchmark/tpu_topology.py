@@ -9,7 +9,7 @@ import importlib.util
 import math
 import os
 
-from input_pipeline import cli
+from input_pipeline import command_line as cli
 
 
 @dataclasses.dataclass(frozen=True)

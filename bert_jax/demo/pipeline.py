@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 
 from bert_jax.demo import report as demo_report
-from input_pipeline import cli
+from input_pipeline import command_line as cli
 from input_pipeline.files import write_atomically
 
 VOCAB_SIZE = 8000

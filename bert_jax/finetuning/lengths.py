@@ -7,7 +7,7 @@ measurements are in docs/records.md ("Fine-tuning on real lengths"):
 * ``eval_by_length`` (True): evaluation takes the rows longest first (a stable sort), so each batch
   holds rows of about one length; the outputs come back in the features' order. Same predictions.
 * ``unpad_multiple`` M > 0: training and evaluation batches carry ``token_index``
-  (input_pipeline/pretraining/unpadding.py), so the encoder's projections and feed-forward run on the real tokens
+  (input_pipeline/unpadding.py), so the encoder's projections and feed-forward run on the real tokens
   only (attention keeps its [batch, length] form); the count is rounded up to M per data shard and
   each new (length, count) pair compiles the step once more. Same outputs, to float tolerance.
 * ``length_groups`` G > 0: each training epoch's permutation is cut into groups of G batches, each
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from input_pipeline.pretraining.unpadding import with_token_index
+from input_pipeline.unpadding import with_token_index
 
 
 def real_lengths(features: dict) -> np.ndarray:

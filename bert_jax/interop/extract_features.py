@@ -210,7 +210,7 @@ def main(argv, fv: flags.FlagValues = flags.FLAGS):
 
 
 if __name__ == "__main__":
-    from input_pipeline import cli
+    from input_pipeline import command_line as cli
 
     define_flags()
     cli.run_absl(main)

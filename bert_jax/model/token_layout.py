@@ -32,7 +32,7 @@ class Unpadded(NamedTuple):
 
     ``index`` [shards, tokens] int32: for each batch shard (the rows one data-parallel device holds),
     the flat positions (row · length + column within the shard's rows) of its real tokens, in order,
-    then any value >= rows · length as filler (input_pipeline/pretraining/unpadding.py builds it on the host).
+    then any value >= rows · length as filler (input_pipeline/unpadding.py builds it on the host).
     Every real token's output is what the padded computation gives it; padding comes out as zeros.
     """
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import time
 
-from input_pipeline import cli
+from input_pipeline import command_line as cli
 
 
 def parse_args(argv=None):

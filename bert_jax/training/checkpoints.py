@@ -38,7 +38,7 @@ from etils import epath
 from flax import nnx
 
 from bert_jax.model.weights import load_params
-from input_pipeline.cli import UserError
+from input_pipeline.command_line import UserError
 
 log = logging.getLogger(__name__)
 

@@ -95,7 +95,7 @@ def unpadded(place, config, mesh, rules, accumulation: int = 1):
                          "each batch's number of real tokens while seeing only its own rows (docs/pretraining.md)")
     if multiple and accumulation > 1:
         raise ValueError("config.unpad_multiple does not go with micro-batches: set per_device_batch=0")
-    from input_pipeline.pretraining.unpadding import adding_token_index
+    from input_pipeline.unpadding import adding_token_index
 
     return adding_token_index(place, sh.batch_shards(mesh, rules), multiple) if multiple else place
 

@@ -25,7 +25,7 @@ import socket
 import sys
 from pathlib import Path
 
-from input_pipeline.cli import UserError
+from input_pipeline.command_line import UserError
 
 log = logging.getLogger(__name__)
 

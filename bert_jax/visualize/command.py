@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from input_pipeline import cli
+from input_pipeline import command_line as cli
 from input_pipeline.files import check_output_file, write_atomically
 
 

@@ -50,7 +50,8 @@ from apache_beam.io.tfrecordio import _TFRecordUtil  # TFRecord framing (length,
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.options.value_provider import StaticValueProvider
 
-from input_pipeline import cli, hide_accelerators_from_tf
+from input_pipeline import command_line as cli
+from input_pipeline import hide_accelerators_from_tf
 from input_pipeline.corpora import sources
 from input_pipeline.pretraining import featurize, outputs, shards
 from input_pipeline.tokenizers.wordpiece import WordPieceTokenizer

@@ -269,7 +269,7 @@ class GlueTask:
         return pred
 
     def evaluate(self, examples, features, outputs) -> dict[str, float]:
-        from input_pipeline.tasks.metrics import glue_metrics
+        from input_pipeline.tasks.glue_metrics import glue_metrics
 
         labels = feature_labels(self.name, examples, features)
         dtype = np.float64 if self.kind == "regression" else np.int64

@@ -241,7 +241,7 @@ class SentimentTask:
         return logits
 
     def evaluate(self, examples, features, outputs) -> dict[str, float]:
-        from input_pipeline.tasks.metrics import accuracy
+        from input_pipeline.tasks.glue_metrics import accuracy
 
         labels = feature_labels(self.name, examples, features)
         acc = accuracy(labels, self._logits(features, outputs).argmax(-1))

@@ -31,7 +31,7 @@ import re
 import string
 from collections.abc import Mapping, Sequence
 
-from input_pipeline import cli
+from input_pipeline import command_line as cli
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 _PUNCT = frozenset(string.punctuation)

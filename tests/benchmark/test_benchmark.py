@@ -9,7 +9,7 @@ from bert_jax.benchmark import command as benchmark
 from bert_jax.benchmark import memory as benchmark_memory
 from bert_jax.benchmark.flops import dense_mlm_flops, pretraining_flops, published_peak
 from bert_jax.model.config import BertConfig
-from input_pipeline.cli import UserError
+from input_pipeline.command_line import UserError
 
 # Less LLVM optimisation: the step compiles in about half the time (its speed does not matter here).
 TINY = ["--size", "tiny", "--seq_len", "32", "--vocab_size", "512", "--mesh", "1,1,1",

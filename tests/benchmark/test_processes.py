@@ -7,7 +7,7 @@ import pytest
 
 from bert_jax.benchmark import args as benchmark_args
 from bert_jax.benchmark import processes
-from input_pipeline.cli import UserError
+from input_pipeline.command_line import UserError
 
 ARGS = ["--size", "base", "--batch_size", "8", "--steps", "6"]
 

@@ -16,7 +16,7 @@ from bert_jax.training import train_step as ts
 from bert_jax.training import trainer
 from input_pipeline.pretraining.packing import pack_examples
 from input_pipeline.pretraining.synthetic import SyntheticBatches
-from input_pipeline.pretraining.unpadding import token_index, with_token_index
+from input_pipeline.unpadding import token_index, with_token_index
 
 # A large initialiser so that attention depends on which tokens it sees (as in test_packing).
 CFG = BertConfig.from_size("tiny", vocab_size=97, max_position_embeddings=32, initializer_range=0.5)

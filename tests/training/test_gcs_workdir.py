@@ -161,7 +161,7 @@ def test_a_bucket_without_google_cloud_storage_is_one_clear_error(monkeypatch):
     """Orbax needs google-cloud-storage for gs:// checkpoint directories; without it the trainer
     says so in one line (no emulator needed: nothing is read)."""
     from bert_jax.training.checkpoints import Checkpointer
-    from input_pipeline.cli import UserError
+    from input_pipeline.command_line import UserError
 
     monkeypatch.setitem(sys.modules, "google.cloud.storage", None)  # import fails
     with pytest.raises(UserError, match=r"^gs://b/run/checkpoints: checkpoints in a gs:// bucket need the "

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from input_pipeline.tasks.base import TaskDataError
 from input_pipeline.tasks.glue import GLUE_TASKS, GlueExample, GlueTask
-from input_pipeline.tasks.metrics import glue_metrics
+from input_pipeline.tasks.glue_metrics import glue_metrics
 
 # --------------------------------------------------------------------------- parsing
 

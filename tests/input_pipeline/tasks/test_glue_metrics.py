@@ -1,10 +1,10 @@
-"""GLUE metrics and the summary over seeds (input_pipeline/tasks/metrics.py), computed by hand."""
+"""GLUE metrics and the summary over seeds (input_pipeline/tasks/glue_metrics.py), computed by hand."""
 
 import math
 
 import pytest
 
-from input_pipeline.tasks.metrics import glue_metrics, summarize_seeds
+from input_pipeline.tasks.glue_metrics import glue_metrics, summarize_seeds
 
 
 def test_glue_metrics_by_hand():
