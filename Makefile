@@ -61,3 +61,4 @@ golden:
 	$(GOLDEN_PY) tests/golden/make_bpe_golden.py
 	$(GOLDEN_PY) tests/golden/make_family_golden.py
 	$(GOLDEN_PY) tests/golden/make_trajectory_golden.py
+	$(GOLDEN_PY) tests/golden/make_modernbert_golden.py

@@ -25,8 +25,9 @@ BYTES_PER_FLOAT = 4  # parameters and Adam's two moments are float32 whatever th
 def dry_run(config, workdir) -> str:
     """The plan of the job ``config`` describes in ``workdir`` (see the module docstring)."""
     from bert_jax.training import sharding as sh
-    from bert_jax.training.job import resolved
+    from bert_jax.training.trainer import check_counts, resolved
 
+    check_counts(config)
     mesh = sh.make_mesh(tuple(config.mesh_shape))
     c = resolved(config, mesh)
     lines = [f"plan for {workdir} (resolved for {jax.default_backend()}, {jax.device_count()} device(s); "
@@ -41,7 +42,7 @@ def dry_run(config, workdir) -> str:
 def _pretraining(c, workdir, mesh) -> list[str]:
     from bert_jax.resolve import described_model
     from bert_jax.training import sharding as sh
-    from bert_jax.training.trainer import accumulation_steps, eval_source, vocab_size_of
+    from bert_jax.training.pretraining import accumulation_steps, eval_source, vocab_size_of
 
     d = c.data
     vocab_size = vocab_size_of(c)
@@ -53,7 +54,7 @@ def _pretraining(c, workdir, mesh) -> list[str]:
     accumulation = accumulation_steps(c, mesh, rules)
     train = _data_line(c, d.input, "train") if d.kind != "synthetic" else "synthetic batches"
     held_out = eval_source(c)
-    start, restore_line = _start(c, workdir)
+    start, restore_line = _start(c, workdir, model)
     total, batch, length = c.num_train_steps, c.batch_size, d.max_seq_length
     steps = max(total - start, 0)
     o = c.optimizer
@@ -76,7 +77,7 @@ def _pretraining(c, workdir, mesh) -> list[str]:
         f"mesh: {dict(mesh.shape)} over {mesh.devices.size} device(s); {batch // sh.batch_shards(mesh, rules):,} "
         f"rows per batch shard" + (f" in {accumulation} micro-batches" if accumulation > 1 else ""),
         f"memory per device: {state_bytes / 2**30:.2f} GiB of parameters and optimizer state (float32); "
-        "activations not estimated here (python -m bert_jax.benchmark.aot compiles the step for a TPU topology)",
+        "activations not estimated here (python -m bert_jax.benchmark.aot compile: the step on a TPU topology)",
     ]
     return lines
 
@@ -84,7 +85,7 @@ def _pretraining(c, workdir, mesh) -> list[str]:
 def _data_line(c, spec: str, split: str) -> str:
     """``spec`` checked as the job reads it: TFRecord shards (count, shapes) or text files."""
     from input_pipeline.corpora import sources
-    from input_pipeline.package_data import resolve
+    from input_pipeline.package_data import locate
     from input_pipeline.pretraining.dataset import check_shards, held_out_every
 
     if not spec:
@@ -94,21 +95,21 @@ def _data_line(c, spec: str, split: str) -> str:
     files = check_shards(spec, c.data)
     if files is not None:
         return f"{spec} ({len(files):,} TFRecord files)"
-    found = sources.list_files(resolve(spec))
+    found = sources.list_files(locate(spec))
     fraction = c.data.eval_fraction
     held = f", every {held_out_every(fraction)}th document held out" if fraction and not c.data.eval_input \
         else ""
     return f"{spec} ({len(found):,} text file(s){held if split == 'train' else ''})"
 
 
-def _start(c, workdir) -> tuple[int, str]:
+def _start(c, workdir, model) -> tuple[int, str]:
     """The step the job starts at and how: the workdir's own checkpoint, ``init_checkpoint``, or fresh."""
     steps = _checkpoint_steps(as_path(workdir))
     if steps:
         from bert_jax.training.checkpoints import Checkpointer
-        from bert_jax.training.resume import check_workdir_model
+        from bert_jax.training.trainer import refuse_another_model
 
-        check_workdir_model(c, workdir)  # another model's checkpoint: the changed keys, one line
+        refuse_another_model(workdir, c.restore, model)  # another model's checkpoint: the changed keys, one line
         ckpt = Checkpointer(workdir, async_save=False)
         try:
             step = ckpt.restore_step(c.restore)
@@ -145,8 +146,7 @@ def _parameter_count(model, c) -> int:
     """The pre-training model's parameters (ELECTRA: generator and discriminator), allocating nothing."""
     from flax import nnx
 
-    from bert_jax.training.train_step import pretraining_model
-    from bert_jax.training.trainer import electra_settings
+    from bert_jax.training.pretraining import electra_settings, pretraining_model
 
     abstract = nnx.eval_shape(lambda: pretraining_model(model, c.objective, electra_settings(c))(0))
     return sum(math.prod(x.shape) for x in jax.tree.leaves(nnx.state(abstract, nnx.Param)))
@@ -156,7 +156,7 @@ def _finetuning(c) -> list[str]:
     """A fine-tuning job: its task data (a plain path must exist; TFDS names and SQuAD's
     ``train=PATH,dev=PATH`` are read when the job starts) and the encoder it starts from."""
     from bert_jax.finetuning.warm_start import open_init_checkpoint
-    from input_pipeline.package_data import resolve
+    from input_pipeline.package_data import locate
 
     t = c.task
     source = str(t.source)
@@ -166,7 +166,7 @@ def _finetuning(c) -> list[str]:
     if plain and not as_path(source).exists():
         raise FileNotFoundError(f"--config.task.source={source}: no such file or directory")
     if source.startswith("pkg:"):
-        resolve(source)  # an unknown package name is an error here
+        locate(source)  # an unknown package name is an error here
     if c.init_checkpoint:
         warm = open_init_checkpoint(c.init_checkpoint)
         lines.append(f"encoder: {c.init_checkpoint} ({warm.config.num_layers} layers x {warm.config.hidden_size})")

@@ -1,48 +1,70 @@
 """A job's config resolved for the platform it runs on: every "auto" made concrete, once.
 
-`bert_jax.training.job.job` calls `resolve` when a job starts (after ``jax.distributed`` is up,
+`bert_jax.training.trainer.run` calls `resolve` when a job starts (after ``jax.distributed`` is up,
 before anything is built) and writes the result to ``<workdir>/config.json``; everything after
-reads concrete values, and nothing under ``bert_jax/model`` asks which backend runs. The AOT tool
-resolves for the TPU it compiles for with the same function (``platform="tpu"``).
+reads concrete values, and nothing under ``bert_jax/model`` asks which backend runs (`BertConfig`
+refuses "auto"). The AOT tool resolves for the TPU it compiles for with the same function
+(``platform="tpu"``).
 
     resolved = resolve(config, "cpu", batch_shards=8)
     resolved.model.dtype  # "float32"; "bfloat16" on "gpu" / "tpu"
 
-What "auto" means per platform is `bert_jax.model.execution`'s (one pure function a field):
+What "auto" means per platform lives here, one pure function of the platform's name ("cpu",
+"gpu"/"cuda", "rocm", "tpu") a field, so every platform's choice is tested on a CPU:
 
-* ``model.dtype``, ``model.scan_layers`` ("true" / "false", the strings ml_collections holds),
-  ``model.attention_impl``, ``model.dropout_impl``: `BertConfig.for_platform`;
-* ``per_device_batch`` (pre-training): rows per batch shard in one micro-batch, from the rows each
-  of ``batch_shards`` data-parallel shards holds ("0": no micro-batches). "auto" keeps the whole
-  batch ("0") when ``optimizer.accumulation_steps`` or ``unpad_multiple`` chooses instead.
+* ``model.dtype``: `resolve_dtype` (bfloat16 on GPU/TPU, float32 on CPU);
+* ``model.scan_layers`` ("true" / "false", the strings ml_collections holds): `resolve_scan`
+  (unrolled on CPU, scanned elsewhere and for ALBERT's shared block);
+* ``model.attention_impl``: `resolve_attention` (cuDNN's flash attention on an NVIDIA GPU where it
+  applies: bfloat16/float16, a head width that is a multiple of 8 up to 128; else XLA);
+* ``model.dropout_impl``: `resolve_dropout` (fused Threefry on CPU, ``jax.random`` elsewhere);
+* ``per_device_batch`` (pre-training): rows per batch shard in one micro-batch (0: the whole batch
+  at once), `resolve_per_device_batch` of the rows each of ``batch_shards`` data-parallel shards
+  holds: 8 on the CPU, 0 on GPU/TPU, and 0 whenever ``unpad_multiple`` is set (unpadding's blocks
+  take the whole batch) or the batch does not split evenly over the shards.
+
+The model section's fields are resolved against the model it describes (`described_model`: its
+size's table with the section's fields on top), so a shared block and the head width count as they
+will; the resolved section is then checked by building that `BertConfig`.
+
+A saved model record (a checkpoint's meta, ``save_orbax``'s ``bert_config.json``) is read as it was
+written, not resolved again: `saved_model`.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+from typing import Literal
+
 import ml_collections
 
-from bert_jax.model.config import BertConfig
-from bert_jax.model.execution import platform_kind, resolve_per_device_batch
+from bert_jax.model.config import ATTENTION_IMPLS, DROPOUT_IMPLS, EXECUTION_FIELDS, BertConfig
+
+log = logging.getLogger(__name__)
 
 AUTO = "auto"
-EXECUTION_FIELDS = ("dtype", "scan_layers", "attention_impl", "dropout_impl")  # BertConfig.for_platform's
+__all__ = ["EXECUTION_FIELDS"]  # the model fields "auto" may stand for (BertConfig's), re-exported
+# BertConfig's own values of those fields: what a section without the key gets, and what an old
+# saved record's "auto" reads as (`saved_model`).
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(BertConfig) if f.name in EXECUTION_FIELDS}
+CUDNN_DTYPES = ("bfloat16", "float16")
+CPU_MICRO_BATCH = 8  # rows per micro-batch that "auto" takes on the CPU
 
 
 def resolve(config: ml_collections.ConfigDict, platform: str, *, batch_shards: int | None = None
             ) -> ml_collections.ConfigDict:
     """A copy of ``config`` with every "auto" resolved for ``platform`` ("cpu", "gpu", "tpu", ...).
     ``batch_shards``: the data-parallel shards of the batch (needed to resolve an "auto"
-    ``per_device_batch``)."""
+    ``per_device_batch`` on the CPU)."""
     c = config.copy_and_resolve_references()
-    model = c.get("model")
+    model = c.model if "model" in c else None
     if model is not None:
-        # The model the job will build (its size's table with the config's fields on top), resolved
-        # by BertConfig itself: a shared block, the head width and the dtype count as they will.
-        cfg = described_model(model).for_platform(platform)
+        fields = resolve_model(model, platform)
         with model.unlocked():
             for key in EXECUTION_FIELDS:
                 if key in model:
-                    value = getattr(cfg, key)
+                    value = fields[key]
                     model[key] = str(value).lower() if isinstance(value, bool) else value  # scan: "true" | "false"
     if "per_device_batch" in c:  # "auto" or a number (a digit string from a flag counts)
         value = c.per_device_batch
@@ -57,11 +79,115 @@ def resolve(config: ml_collections.ConfigDict, platform: str, *, batch_shards: i
     return c
 
 
+def resolve_model(model: ml_collections.ConfigDict, platform: str) -> dict:
+    """The execution fields (`EXECUTION_FIELDS`) of the model a job config's ``model`` section
+    describes, resolved for ``platform`` (a field the section leaves out: `BertConfig`'s value).
+    The resolved model is built once, so a section that is wrong otherwise fails here."""
+    given = {**_DEFAULTS, **{k: model[k] for k in EXECUTION_FIELDS if k in model and model[k] is not None}}
+    shape = described_model(model, **_DEFAULTS)  # the size's table and the section: shapes, sharing
+    dtype = resolve_dtype(given["dtype"], platform)
+    fields = dict(
+        dtype=dtype,
+        scan_layers=resolve_scan(given["scan_layers"], platform, shared=shape.share_layers),
+        attention_impl=resolve_attention(given["attention_impl"], platform, dtype=dtype, head_dim=shape.head_dim),
+        dropout_impl=resolve_dropout(given["dropout_impl"], platform))
+    described_model(model, **fields)  # raises on anything else the section gets wrong
+    return fields
+
+
 def described_model(model: ml_collections.ConfigDict, **fields) -> BertConfig:
     """The `BertConfig` a job config's ``model`` section describes: its ``size``'s table with the
-    section's other fields on top (None keeps the table's value), then ``fields``."""
+    section's other fields on top (None keeps the table's value), then ``fields``. The section must
+    be resolved (`resolve`): an "auto" left is BertConfig's ValueError."""
     given = {k: v for k, v in model.items() if k != "size" and v is not None}
     return BertConfig.from_size(model["size"], **{**given, **fields})
+
+
+def saved_model(record: dict, source: object) -> BertConfig:
+    """The `BertConfig` a saved model record holds (a checkpoint's meta ``model``, ``save_orbax``'s
+    ``bert_config.json`` ``config``), read as it was written: resolved when the job that wrote it
+    started, not again for the platform reading it (a fine-tuning job puts its own resolved
+    execution fields on top: `bert_jax.finetuning.task.model_config`). Records written before
+    jobs resolved their config at the start may hold "auto" in the execution fields: those read as
+    `BertConfig`'s own values (float32, scanned, XLA attention, ``jax.random`` dropout), which run on
+    any platform and load the same weights, with a warning naming ``source`` (the file)."""
+    old = [k for k in EXECUTION_FIELDS if record.get(k) == AUTO]
+    if old:
+        log.warning("%s: model fields %s are 'auto' (saved before configs were resolved at the start): "
+                    "read as %s", source, old, {k: _DEFAULTS[k] for k in old})
+        record = {**record, **{k: _DEFAULTS[k] for k in old}}
+    return BertConfig.from_dict(record)
+
+
+def platform_kind(platform: str) -> str:
+    """"cuda"/"gpu" → "gpu" (NVIDIA), "rocm" stays "rocm"; the rest as given, lower case."""
+    p = platform.lower()
+    return "gpu" if p in ("cuda", "gpu") else p
+
+
+def resolve_dtype(name: str, platform: str) -> str:
+    """``"auto"`` → bfloat16 on GPU/TPU, float32 elsewhere (CPU); any other name unchanged."""
+    if name != AUTO:
+        return name
+    return "bfloat16" if platform_kind(platform) in ("gpu", "rocm", "tpu") else "float32"
+
+
+def resolve_attention(impl: str, platform: str, *, dtype: str = "bfloat16",
+                      head_dim: int = 64) -> Literal["xla", "cudnn", "explicit"]:
+    """``"auto"`` → "cudnn" on an NVIDIA GPU when the dtype and head width are ones its flash
+    attention takes (bfloat16/float16; a multiple of 8, at most 128), else "xla"; an explicit choice
+    is returned unchanged. Packed rows stay on XLA even under "cudnn" (`bert_jax.model.layers.attention_call`)."""
+    if impl not in (AUTO, *ATTENTION_IMPLS):
+        raise ValueError(f"attention_impl {impl!r}: expected one of {(AUTO, *ATTENTION_IMPLS)}")
+    if impl != AUTO:
+        return impl  # type: ignore[return-value]
+    cudnn_ok = (platform_kind(platform) == "gpu" and dtype in CUDNN_DTYPES and head_dim % 8 == 0 and head_dim <= 128)
+    return "cudnn" if cudnn_ok else "xla"
+
+
+def resolve_dropout(impl: str, platform: str) -> Literal["jax", "fused"]:
+    """``"auto"`` → "fused" (Threefry unrolled into the dropout's fusion) on the CPU, where JAX's own
+    Threefry runs as a rolled loop, else "jax" (``jax.random.bernoulli``); an explicit choice unchanged."""
+    if impl not in (AUTO, *DROPOUT_IMPLS):
+        raise ValueError(f"dropout_impl {impl!r}: expected one of {(AUTO, *DROPOUT_IMPLS)}")
+    if impl != AUTO:
+        return impl  # type: ignore[return-value]
+    return "fused" if platform_kind(platform) == "cpu" else "jax"
+
+
+def resolve_scan(scan_layers: bool | str, platform: str, *, shared: bool = False) -> bool:
+    """``"auto"`` → False (unrolled blocks, each with its own parameters) on the CPU, where that
+    measured ~10% faster than the scan over stacked parameters (docs/records.md); True (one
+    ``lax.scan``: compile time and program size independent of depth) on GPU/TPU, and for ALBERT's
+    ``shared`` block, which has no per-layer parameters to gain. True / False (or "true" / "false",
+    as ml_collections holds them) unchanged."""
+    if isinstance(scan_layers, str) and scan_layers.lower() in ("true", "false"):
+        return scan_layers.lower() == "true"
+    if scan_layers == AUTO:
+        return shared or platform_kind(platform) != "cpu"
+    if not isinstance(scan_layers, bool):
+        raise ValueError(f"scan_layers {scan_layers!r}: expected True, False or 'auto'")
+    return scan_layers
+
+
+def resolve_per_device_batch(value: int | str, platform: str, *, rows: int) -> int:
+    """Rows per batch shard in one micro-batch of the training step (0: the whole batch at once).
+    ``rows``: the batch's rows per shard. ``"auto"`` → 8 on the CPU when ``rows`` is a larger
+    multiple of 8 (BERT-base at batch 32 measured ~1.2x faster as four accumulated micro-batches of
+    8 than as one batch, with less temporary memory; docs/records.md), else 0; on GPU/TPU 0 (a
+    large batch is what keeps their matrix units busy). A number (int or its string, as config
+    flags give it) is returned as an int."""
+    bad = ValueError(f"per_device_batch {value!r}: expected 'auto' or rows per device >= 0 (0: no micro-batches)")
+    if isinstance(value, str) and value != AUTO:
+        if not value.strip().isdigit():
+            raise bad
+        value = int(value)
+    if value == AUTO:
+        cpu = platform_kind(platform) == "cpu"
+        return CPU_MICRO_BATCH if cpu and rows > CPU_MICRO_BATCH and rows % CPU_MICRO_BATCH == 0 else 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise bad
+    return value
 
 
 def _per_device_batch(c, platform: str, batch_shards: int | None) -> int:

@@ -14,8 +14,7 @@ diagnostic set is predicted by an MNLI run: ``--config.predict_splits='("test_ma
 ``tfds`` (TFDS ``glue/<task>``; ``task.data_dir`` for its data directory). See docs/finetuning.md.
 """
 
-from bert_jax.config_args import parse_arg
-from bert_jax.finetuning.config import base_config
+from bert_jax.config_args import load_config_file, parse_arg
 
 
 def get_config(arg=None):
@@ -24,6 +23,7 @@ def get_config(arg=None):
         raise ValueError("task=ax: the GLUE diagnostic set has no training data; it is predicted with an MNLI "
                          "classifier: task=mnli --config.predict_splits="
                          "'(\"test_matched\",\"test_mismatched\",\"ax\")' (writes AX.tsv)")
-    return base_config(dict(family="glue", name=args.task, source="", data_dir="", on_error="skip"),
-                       size=args.size, max_seq_length=128, batch_size=32, epochs=3.0, learning_rate=args.lr,
-                       runlocal=args.runlocal)
+    # The paper's GLUE recipe: length 128, batch 32, 3 epochs (configs/finetune.py's defaults).
+    config = load_config_file("finetune", f"size={args.size},lr={args.lr!r},runlocal={args.runlocal}")
+    config.task = dict(family="glue", name=args.task, source="", data_dir="", on_error="skip")
+    return config

@@ -12,12 +12,13 @@ Named arguments: ``size`` (from scratch only), ``lr``, ``runlocal``.
 format, or ``tfds`` (TFDS ``conll2003``). Use a cased vocabulary: case matters for names.
 """
 
-from bert_jax.config_args import parse_arg
-from bert_jax.finetuning.config import base_config
+from bert_jax.config_args import load_config_file, parse_arg
 
 
 def get_config(arg=None):
     args = parse_arg(arg, size="base", lr=5e-5, runlocal=False)
-    task = dict(family="ner", source="", data_dir="", label_names="", on_error="skip")
-    return base_config(task, size=args.size, max_seq_length=128, batch_size=32, epochs=3.0,
-                       learning_rate=args.lr, runlocal=args.runlocal)
+    # Length 128, batch 32, 3 epochs: configs/finetune.py's defaults.
+    config = load_config_file("finetune", f"size={args.size},lr={args.lr!r},runlocal={args.runlocal}")
+    config.task = dict(family="ner", source="", data_dir="", on_error="skip")
+    config.task.label_names = ""  # "": CoNLL-2003's nine tags
+    return config

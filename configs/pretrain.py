@@ -1,17 +1,15 @@
 r"""BERT pre-training (Devlin et al., 2019: MLM + NSP) and its family's recipes (docs/family.md).
 
-Named arguments: ``model`` (bert | roberta | albert | electra: the recipe, `RECIPES`), ``size``
-(bert/roberta: tiny | mini | small | medium | base | large; albert: base | large | xlarge | xxlarge;
-electra: small | base | large), ``masking`` (static | dynamic), ``objective`` (nsp | sop | none),
-``phase`` (1: length 128 for the first 90% of the steps; 2: length 512 for the last 10%, continuing
-phase 1's state and schedule), ``runlocal`` (the tiny model on the gensim Wikipedia excerpt, a few CPU
-minutes; another ``size`` with it is an error), ``synthetic`` (random batches), ``recipe`` (lamb: the
-large-batch recipe of You et al. 2019 for model=bert, see `lamb`), ``per_device`` (rows per device in
-one micro-batch; the step accumulates the rest).
+Named arguments: model (bert | roberta | albert | electra: the recipe, `RECIPES`), size (bert, roberta:
+tiny | mini | small | medium | base | large; albert: base … xxlarge; electra: small | base | large),
+masking (static | dynamic), objective (nsp | sop | none), phase (model=bert; 1: length 128 to step
+900k, 2: length 512 to 1M on phase 1's state), runlocal (the tiny model on the gensim Wikipedia excerpt,
+a few CPU minutes), synthetic (random batches), recipe (lamb: You et al. 2019, `lamb`), per_device
+(rows per device in a micro-batch; the step accumulates the rest).
 
     python train.py --config configs/pretrain.py:runlocal --workdir /tmp/bert_tiny
 
-The paper's two phases on one host or a pod slice: docs/pretraining.md; the LAMB recipe: docs/lamb.md.
+The paper's two phases on a host or a pod slice: docs/pretraining.md; the LAMB recipe: docs/lamb.md.
 """
 
 import ml_collections
@@ -23,20 +21,22 @@ from bert_jax.training.distributed import default_config as distributed_config
 from bert_jax.training.sharding import DEFAULT_RULES
 
 PAPER_STEPS = 1_000_000
-PHASE1_STEPS = 900_000  # 90% at length 128, then 10% at 512 on the same schedule
+PHASE1_STEPS = 900_000  # 90% of the steps at length 128, where attention is cheap; the rest at 512
 MODELS = ("bert", "roberta", "albert", "electra")
 FAMILY_SIZE_NAMES = {"albert": ("base", "large", "xlarge", "xxlarge"), "electra": ("small", "base", "large")}
+DEFAULT_SIZE = {"albert": "base", "electra": "small"}  # the others: base
+DEFAULT_OBJECTIVE = {"roberta": "none", "albert": "sop", "electra": "rtd"}  # bert: nsp
 
-# The family's recipes (docs/family.md): what each sets on top of BERT's config below, as data.
-# "all": every size; a size name: that size on top; "runlocal": the CPU variant (batch 32, 600 steps,
-# 10% warmup at "lr"), on top of BERT's runlocal data and cadence.
+# The family's recipes (docs/family.md): what each sets on top of BERT's config, as data. "all": every
+# size; a size's name: that size on top; "runlocal": the CPU variant on top of BERT's runlocal (batch 32,
+# 600 steps, 10% warmup at "lr").
 RECIPES = {
-    # Adam with bias correction at this short warmup: without it the first steps are ~5x lr and the
-    # tiny model collapses within 20 steps (docs/records.md, "Why runlocal collapsed").
+    # Bias correction: without it the first steps at this short warmup are several times lr and the
+    # tiny model collapses (docs/records.md, "Why runlocal collapsed").
     "bert": {"runlocal": dict(lr=1e-3, optimizer=dict(bias_correction=True))},
     # RoBERTa (Liu et al., 2019, Table 9): dynamic masking, no NSP, FULL-SENTENCES at length 512, batch
-    # 8k, 500k steps, Adam (bias-corrected) b2 0.98; Hugging Face's layout (positions after the
-    # padding id, one token type, LayerNorm eps 1e-5), so exports load as RobertaModel.
+    # 8k, 500k steps, Adam b2 0.98; Hugging Face's layout (positions after the padding id, one token
+    # type, LayerNorm eps 1e-5), so that exports load as RobertaModel.
     "roberta": {
         "all": dict(
             model=dict(position_offset=2, max_position_embeddings=514, type_vocab_size=1, layer_norm_eps=1e-5),
@@ -47,9 +47,9 @@ RECIPES = {
         "large": dict(optimizer=dict(learning_rate=4e-4, warmup_steps=30_000)),
         "runlocal": dict(lr=1e-3, data=dict(max_seq_length=128, max_predictions_per_seq=20)),
     },
-    # ALBERT (Lan et al., 2020, §4.1): factorised embeddings E = 128, one shared block (the size
-    # table), sentence-order prediction, n-grams of n <= 3 masked, LAMB lr 0.00176, batch 4096, 125k
-    # steps at length 512, 3,125 warmup steps (as the released code), no dropout (as the v2 release).
+    # ALBERT (Lan et al., 2020, §4.1): factorised embeddings E = 128 and one shared block (the size
+    # table), sentence order, n-grams of n <= 3 masked, LAMB lr 0.00176, batch 4096, 125k steps at
+    # length 512, 3,125 warmup steps (the released code), no dropout (the v2 release).
     "albert": {
         "all": dict(
             model=dict(hidden_dropout_prob=0.0, attention_dropout_prob=0.0),
@@ -57,15 +57,14 @@ RECIPES = {
             batch_size=4096, num_train_steps=125_000,
             optimizer=dict(optimizer="lamb", learning_rate=0.00176, warmup_steps=3_125, num_train_steps=125_000,
                            b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.01, bias_correction=True, schedule="linear")),
-        # Adam at 1e-3: LAMB at 2e-3 and batch 32 left the tiny model at the unigram baseline after 600
-        # steps (0.053 against 0.054; Adam: 0.073; docs/records.md, "The runlocal recipes").
-        "runlocal": dict(lr=1e-3, model=dict(size="tiny", embedding_size=64, share_layers=True, hidden_act="gelu_new"),
+        # Adam at 2e-3: LAMB at batch 32 stays at the unigram baseline and Adam at 1e-3 learns too slowly
+        # for the 600 steps (docs/records.md, "The runlocal recipes").
+        "runlocal": dict(lr=2e-3, model=dict(size="tiny", embedding_size=64, share_layers=True, hidden_act="gelu_new"),
                          data=dict(max_seq_length=128, max_predictions_per_seq=20), optimizer=dict(optimizer="adamw")),
     },
-    # ELECTRA (Clark et al., 2020, Table 6): replaced-token detection, generator 1/4 of the
-    # discriminator (1/3 for base), loss MLM + 50 BCE, 15% masked (25% for large), 10k warmup.
-    # rtd_prior 0: the discriminator's output bias starts at 0, as the paper's code (a bias at the prior
-    # trades transfer for AUC: docs/records.md, "The discriminator's output bias").
+    # ELECTRA (Clark et al., 2020, Table 6): replaced-token detection, a generator 1/4 of the
+    # discriminator (1/3 for base), loss MLM + 50 BCE, 15% masked (25% for large), 10k warmup. rtd_prior
+    # 0: the output bias starts at 0, as the paper's code (docs/records.md, "The discriminator's output bias").
     "electra": {
         "all": dict(electra=dict(generator_fraction=0.25, rtd_weight=50.0, rtd_prior=0.0, tie_embeddings=True),
                     data=dict(packing="full"),
@@ -80,118 +79,144 @@ RECIPES = {
         "large": dict(data=dict(max_seq_length=512, max_predictions_per_seq=128, masked_lm_prob=0.25),
                       batch_size=2048, num_train_steps=400_000,
                       optimizer=dict(learning_rate=2e-4, num_train_steps=400_000)),
-        # lr 2e-4 with Adam's bias correction: the family's lr 1e-3 without it collapses (every token
-        # the same last-layer vector within 25 steps, held-out AUC 0.50); chosen on held-out AUC
-        # among 10 settings (docs/records.md, "ELECTRA at small scale").
+        # lr 2e-4 with bias correction, 300 steps of which 30 warm up: the family's 1e-3 collapses the
+        # discriminator at this scale (docs/records.md, "ELECTRA at small scale").
         "runlocal": dict(lr=2e-4, model=dict(size="tiny", embedding_size=64, use_pooler=False),
                          data=dict(max_seq_length=128, max_predictions_per_seq=20, masked_lm_prob=0.15),
-                         # 300 steps, 30 warmup: the measured recipe. Its generator stays below the unigram
-                         # baseline; a stronger one collapsed the discriminator (docs/records.md).
-                         num_train_steps=300, optimizer=dict(bias_correction=True, num_train_steps=300,
-                                                             warmup_steps=30)),
+                         num_train_steps=300,
+                         optimizer=dict(bias_correction=True, num_train_steps=300, warmup_steps=30)),
     },
 }
-# The LAMB recipe (You et al., 2019, §4: BERT-large, 8,599 steps in all) with NVIDIA's published
-# settings for it (DeepLearningExamples, PyTorch BERT: phase 1 lr 6e-3 with 28.43% warmup of 7,038
-# steps, phase 2 lr 4e-3 with 12.8% of 1,563). per_device: the paper's rows per TPU v3 core (batch /
-# 2,048 cores, no accumulation on its v3-1024 pod); other slices accumulate the rest.
+# The LAMB recipe (You et al., 2019, §4: BERT-large in 8,599 steps) with NVIDIA's published settings
+# (DeepLearningExamples, PyTorch BERT). warmup: a fraction of the phase's steps; per_device: the paper's
+# rows per TPU v3 core (batch / 2,048 cores: no accumulation on its v3-1024 pod).
 LAMB_PHASES = {
     1: dict(batch=65_536, steps=7_038, lr=6e-3, warmup=0.2843, per_device=32),
     2: dict(batch=32_768, steps=1_563, lr=4e-3, warmup=0.128, per_device=16),
 }
+# NVIDIA's FusedLAMB; decay_power 0.5 is their PolyWarmUpScheduler(degree=0.5).
+LAMB_OPTIMIZER = dict(optimizer="lamb", weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-6, clip_norm=1.0,
+                      bias_correction=True, schedule="bert", decay_power=0.5)
 
 
 def get_config(arg=None):
     args = parse_arg(arg, model="bert", size="", masking="", objective="", phase=1, runlocal=False,
                      synthetic=False, recipe="", per_device=0)
     check(args)
-    if args.runlocal and args.model in FAMILY_SIZE_NAMES:  # size=tiny: what the family's runlocal trains
+    if args.runlocal and args.model in FAMILY_SIZE_NAMES:  # the recipe's runlocal names the tiny model
         args.size = ""
-    args.size = args.size or {"albert": "base", "electra": "small"}.get(args.model, "base")
-    sizes = FAMILY_SIZE_NAMES.get(args.model)
-    long = args.phase == 2  # the paper's last 10% of steps at length 512
+    args.size = args.size or DEFAULT_SIZE.get(args.model, "base")
+    long = args.phase == 2  # the paper's last 10% of the steps, at length 512
 
-    c = ml_collections.ConfigDict()
-    c.seed = 0
-    # PRNG of the dropout keys (seed folded with the step). threefry2x32: the same masks on every
-    # mesh; rbg: XLA's RngBitGenerator (faster on TPU), masks may differ between mesh shapes.
-    c.rng_impl = "threefry2x32"
-    c.prefetch_batches = 2  # batches read and placed on the devices in a background thread
-    # M > 0: the blocks' projections and feed-forward run on the real tokens only, rounded up to M
-    # per shard (the same numbers as padded; pays off with padding). Single process only.
-    c.unpad_multiple = 0
-    c.objective = args.objective or {"roberta": "none", "albert": "sop", "electra": "rtd"}.get(args.model, "nsp")
-    c.multihost = False  # a pod slice or any job of several processes: jax.distributed with c.distributed
-    c.distributed = distributed_config()
+    config = ml_collections.ConfigDict()
+    config.seed = 0
+    # Dropout keys (the seed folded with the step): threefry2x32 draws the same masks on any mesh; rbg
+    # (XLA's RngBitGenerator) is faster on TPU, its masks may differ between mesh shapes.
+    config.rng_impl = "threefry2x32"
+    config.prefetch_batches = 2  # batches placed on the devices ahead, in a background thread
+    # M > 0: projections and feed-forward on the real tokens only, rounded up to M per shard (the same
+    # numbers as padded; pays where there is padding). One process only.
+    config.unpad_multiple = 0
+    config.objective = args.objective or DEFAULT_OBJECTIVE.get(args.model, "nsp")
+    config.multihost = False  # several processes (a pod slice): jax.distributed with config.distributed
+    config.distributed = distributed_config()
 
-    c.model = ml_collections.ConfigDict(dict(
-        size=f"{args.model}-{args.size}" if sizes else args.size,
-        vocab_size=30522,  # from data.vocab unless the data is synthetic
-        max_position_embeddings=512, dtype="auto", scan_layers="auto", remat_policy="none",
-        attention_impl="auto", dropout_impl="auto", hidden_dropout_prob=0.1, attention_dropout_prob=0.1,
-        # The family's switches (bert_jax/model/config.py; None = the size's value, docs/family.md).
-        embedding_size=config_dict.placeholder(int), share_layers=config_dict.placeholder(bool),
-        position_offset=config_dict.placeholder(int), type_vocab_size=config_dict.placeholder(int),
-        layer_norm_eps=config_dict.placeholder(float), hidden_act=config_dict.placeholder(str),
-        use_pooler=config_dict.placeholder(bool)))
+    config.model = ml_collections.ConfigDict()
+    config.model.size = f"{args.model}-{args.size}" if args.model in FAMILY_SIZE_NAMES else args.size
+    config.model.vocab_size = 30522  # set from data.vocab unless the data is synthetic
+    config.model.max_position_embeddings = 512
+    config.model.dtype = "auto"  # float32 on CPU, bfloat16 on GPU and TPU; parameters stay float32
+    config.model.scan_layers = "auto"  # a scan over stacked blocks on GPU/TPU (compile time), unrolled on CPU
+    config.model.remat_policy = "none"
+    config.model.attention_impl = "auto"
+    config.model.dropout_impl = "auto"
+    config.model.hidden_dropout_prob = 0.1
+    config.model.attention_dropout_prob = 0.1
+    # The family's switches: None keeps the size's value (bert_jax/model/config.py, docs/family.md).
+    config.model.embedding_size = config_dict.placeholder(int)
+    config.model.share_layers = config_dict.placeholder(bool)
+    config.model.position_offset = config_dict.placeholder(int)
+    config.model.type_vocab_size = config_dict.placeholder(int)
+    config.model.layer_norm_eps = config_dict.placeholder(float)
+    config.model.hidden_act = config_dict.placeholder(str)
+    config.model.use_pooler = config_dict.placeholder(bool)
 
-    c.data = ml_collections.ConfigDict(dict(
-        kind="synthetic" if args.synthetic else "pretraining",
-        # static: pre-masked TFRecords (the paper); dynamic: a new mask every epoch (RoBERTa)
-        masking=args.masking or ("static" if args.model == "bert" else "dynamic"),
-        input="", eval_input="", vocab="",  # set on the command line (gs:// works)
-        eval_fraction=0.0,  # > 0 with text input: hold out this fraction of documents for eval
-        format="bert", max_seq_length=512 if long else 128, max_predictions_per_seq=80 if long else 20,
-        masked_lm_prob=0.15, whole_word_mask=False, short_seq_prob=0.1, packing="full",
-        ngram_mask=0,  # N > 0: spans of n <= N whole words masked, p(n) ~ 1/n (ALBERT: 3)
-        pack_examples=0,  # K > 0: up to K examples per row, attention within each (batch_size counts rows)
-        shuffle_buffer=10_000, seed=0))
+    config.data = ml_collections.ConfigDict()
+    config.data.kind = "synthetic" if args.synthetic else "pretraining"
+    # static: masked once, in the shards (the paper); dynamic: a new mask every epoch (RoBERTa).
+    config.data.masking = args.masking or ("static" if args.model == "bert" else "dynamic")
+    config.data.input = ""  # set on the command line, as eval_input and vocab (gs:// works)
+    config.data.eval_input = ""
+    config.data.vocab = ""
+    config.data.eval_fraction = 0.0  # > 0 with text input: this fraction of the documents held out
+    config.data.format = "bert"
+    config.data.max_seq_length = 512 if long else 128
+    config.data.max_predictions_per_seq = 80 if long else 20
+    config.data.masked_lm_prob = 0.15
+    config.data.whole_word_mask = False
+    # Some examples shorter than max_seq_length, as fine-tuning inputs are (create_pretraining_data's flag).
+    config.data.short_seq_prob = 0.1
+    config.data.packing = "full"
+    config.data.ngram_mask = 0  # N > 0: spans of n <= N whole words masked, p(n) ~ 1/n (ALBERT: 3)
+    config.data.pack_examples = 0  # K > 0: up to K examples a row, attention within each (batch_size counts rows)
+    config.data.shuffle_buffer = 10_000
+    config.data.seed = 0
 
-    c.batch_size = 256  # global, across all devices and hosts
-    # The one micro-batch knob: rows per batch shard in one micro-batch (N: the step accumulates
-    # batch_size / (N x shards) of them, each loss divided by the whole batch's counts, so one recipe
-    # runs on any slice); 0: the whole batch at once; "auto": 8 rows on the CPU, where that measured
-    # faster, 0 on GPU/TPU (resolved to a number when the job starts). A number or "auto".
-    c.per_device_batch = config_dict.FieldReference(args.per_device or "auto", field_type=object)
-    c.num_train_steps = PAPER_STEPS if long else PHASE1_STEPS
-    c.init_checkpoint = ""  # phase 2: phase 1's workdir
-    # What init_checkpoint carries over: "state" (the paper's phase 2 continues phase 1's schedule)
-    # or "params" (a fresh optimizer at step 0).
-    c.init_mode = "state"
-    # The paper's optimizer: Adam without bias correction as in the released code
-    # (bert_jax/training/optim.py), lr 1e-4, 10k warmup, linear decay to 0 at step 1M over both phases.
-    c.optimizer = ml_collections.ConfigDict(dict(
-        optimizer="adamw_bert", learning_rate=1e-4, warmup_steps=10_000, num_train_steps=PAPER_STEPS,
-        weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-6, clip_norm=1.0, bias_correction=False,
-        schedule="bert", decay_power=1.0,
-        generator_lr_scale=1.0))  # ELECTRA: the generator's rate over the discriminator's (1: the reference)
+    config.batch_size = 256  # global, across all devices and hosts
+    # Rows per batch shard in one micro-batch: the step accumulates batch_size / (N x shards) of them,
+    # each loss over the whole batch's counts, so one recipe runs on any slice. 0: the whole batch at
+    # once; "auto": 8 on a CPU, 0 on GPU/TPU (docs/records.md, "CPU defaults: ..."). A number or "auto".
+    config.per_device_batch = config_dict.FieldReference(args.per_device or "auto", field_type=object)
+    config.num_train_steps = PAPER_STEPS if long else PHASE1_STEPS
+    config.init_checkpoint = ""  # phase 2: phase 1's workdir
+    # What init_checkpoint carries over: "state" (phase 2 continues phase 1's schedule) or "params" (a
+    # fresh optimizer at step 0).
+    config.init_mode = "state"
 
-    c.mesh_shape = (-1, 1, 1)  # (data, fsdp, tensor); e.g. (-1, 8, 1) for FSDP on a pod slice
-    c.sharding_rules = DEFAULT_RULES  # logical axis -> mesh axes (bert_jax/training/sharding.py)
-    c.log_every = 100
-    c.eval_every = 10_000
-    c.eval_steps = 50
-    c.checkpoint_every = 5_000
-    c.keep_checkpoints = 3
-    c.restore = "latest"  # or "previous" (the newest will not restore) or a step (docs/robustness.md)
+    # The paper's Adam as in Google's released code (no bias correction), lr 1e-4, 10k warmup steps,
+    # linear decay to 0 at step 1M over both phases; weight decay not on LayerNorm or biases.
+    config.optimizer = ml_collections.ConfigDict()
+    config.optimizer.optimizer = "adamw_bert"  # adamw_bert | adamw | lamb (bert_jax/training/optim.py)
+    config.optimizer.learning_rate = 1e-4
+    config.optimizer.warmup_steps = 10_000
+    config.optimizer.num_train_steps = PAPER_STEPS
+    config.optimizer.weight_decay = 0.01
+    config.optimizer.b1 = 0.9
+    config.optimizer.b2 = 0.999
+    config.optimizer.eps = 1e-6
+    config.optimizer.clip_norm = 1.0  # global norm; 0 or None: off
+    config.optimizer.bias_correction = False
+    config.optimizer.schedule = "bert"  # bert: decay from step 0 (Google's); linear: from the end of warmup
+    config.optimizer.decay_power = 1.0  # 1: linear decay
+    config.optimizer.decay_steps = 0  # schedule "wsd" only: the last N steps decay (1 - sqrt)
+    config.optimizer.generator_lr_scale = 1.0  # ELECTRA: the generator's rate over the discriminator's
+
+    config.mesh_shape = (-1, 1, 1)  # (data, fsdp, tensor); e.g. (-1, 8, 1): FSDP on a pod slice
+    config.sharding_rules = DEFAULT_RULES  # logical axis -> mesh axes (bert_jax/training/sharding.py)
+    config.log_every = 100
+    config.eval_every = 10_000
+    config.eval_steps = 50
+    config.checkpoint_every = 5_000
+    config.keep_checkpoints = 3
+    config.restore = "latest"  # or "previous" (when the newest will not restore) or a step (docs/robustness.md)
 
     recipe = RECIPES.get(args.model, {})
-    update(c, recipe.get("all", {}))
-    update(c, recipe.get(args.size, {}))
+    update(config, recipe.get("all", {}))
+    update(config, recipe.get(args.size, {}))
     if args.runlocal:  # the gensim Wikipedia excerpt and MiniLM's vocabulary, a few CPU minutes
-        c.model.size = "tiny"
-        c.data.update(input="pkg:wikipedia", vocab="pkg:minilm/vocab.txt", eval_fraction=0.05,
-                      masking="dynamic", shuffle_buffer=2_000)
-        c.log_every, c.eval_every, c.eval_steps, c.checkpoint_every = 20, 100, 5, 100
+        config.model.size = "tiny"
+        config.data.update(input="pkg:wikipedia", vocab="pkg:minilm/vocab.txt", eval_fraction=0.05,
+                           masking="dynamic", shuffle_buffer=2_000)
+        config.log_every, config.eval_every, config.eval_steps, config.checkpoint_every = 20, 100, 5, 100
         local = dict(recipe["runlocal"])
-        c.batch_size, c.num_train_steps = 32, 600
-        c.optimizer.update(learning_rate=local.pop("lr"), num_train_steps=600, warmup_steps=60)
-        update(c, local)
+        config.batch_size, config.num_train_steps = 32, 600
+        config.optimizer.update(learning_rate=local.pop("lr"), num_train_steps=600, warmup_steps=60)
+        update(config, local)
     if args.recipe == "lamb":
-        lamb(c, args)
+        lamb(config, args)
     if args.synthetic and args.runlocal:
-        c.model.vocab_size = 1000
-    return c
+        config.model.vocab_size = 1000
+    return config
 
 
 def check(args):
@@ -216,34 +241,29 @@ def check(args):
         raise ValueError(f"per_device={args.per_device}: expected rows per device > 0 (0: no accumulation)")
 
 
-def update(c, settings: dict):
-    """``c`` updated from nested ``settings`` (a section's dict updates that section; a new section is added)."""
+def update(config, settings: dict):
+    """``config`` updated from nested ``settings`` (a section's dict updates that section; a new section is added)."""
     for key, value in settings.items():
-        if isinstance(value, dict) and key in c:
-            update(c[key], value)
+        if isinstance(value, dict) and key in config:
+            update(config[key], value)
         else:
-            c[key] = ml_collections.ConfigDict(value) if isinstance(value, dict) else value
+            config[key] = ml_collections.ConfigDict(value) if isinstance(value, dict) else value
 
 
-def lamb(c, args):
-    """``c`` set to the LAMB recipe (You et al., 2019, §4: BERT-large in 8,599 steps), phase
-    ``args.phase`` of `LAMB_PHASES`, with NVIDIA's published settings for it (docs/lamb.md; the reasons:
-    docs/records.md, "The LAMB recipe's settings and its phase 2"). ``runlocal``: the tiny model,
-    batch 128 as 4 micro-batches of 32, 40 steps."""
-    p = LAMB_PHASES[args.phase]
-    c.batch_size, c.num_train_steps = p["batch"], p["steps"]
-    # Rows per device in a micro-batch: the paper's per-core rows (no accumulation on its v3 pod); a
-    # smaller slice accumulates batch_size / (per_device_batch x batch shards) micro-batches.
-    c.per_device_batch = args.per_device or p["per_device"]
+def lamb(config, args):
+    """Phase ``args.phase`` of the LAMB recipe (`LAMB_PHASES`, `LAMB_OPTIMIZER`; why these settings:
+    docs/records.md, "The LAMB recipe's settings and its phase 2"). runlocal: the tiny model, batch 128
+    as 4 micro-batches of 32, 40 steps."""
+    phase = LAMB_PHASES[args.phase]
+    config.batch_size, config.num_train_steps = phase["batch"], phase["steps"]
+    config.per_device_batch = args.per_device or phase["per_device"]
     # Phase 2 starts fresh moments at step 0 on phase 1's parameters: its warmup rebuilds them at length 512.
-    c.init_mode = "params" if args.phase == 2 else "state"
-    # NVIDIA's FusedLAMB settings; decay_power 0.5 is their PolyWarmUpScheduler(degree=0.5).
-    c.optimizer.update(optimizer="lamb", learning_rate=p["lr"], weight_decay=0.01, b1=0.9, b2=0.999, eps=1e-6,
-                       clip_norm=1.0, bias_correction=True, schedule="bert", decay_power=0.5)
+    config.init_mode = "params" if args.phase == 2 else "state"
+    config.optimizer.update(learning_rate=phase["lr"], **LAMB_OPTIMIZER)
     if args.runlocal:
-        c.batch_size, c.num_train_steps = 128, 40
-        c.per_device_batch = args.per_device or 32
-    # Warmup and decay follow num_train_steps (--config.num_train_steps=N keeps the phase's shape).
-    steps = c.get_ref("num_train_steps")
-    c.optimizer.num_train_steps = steps
-    c.optimizer.warmup_steps = (steps * p["warmup"] + 0.5).to_int()
+        config.batch_size, config.num_train_steps = 128, 40
+        config.per_device_batch = args.per_device or 32
+    # Warmup and decay follow num_train_steps: --config.num_train_steps=N keeps the phase's shape.
+    steps = config.get_ref("num_train_steps")
+    config.optimizer.num_train_steps = steps
+    config.optimizer.warmup_steps = (steps * phase["warmup"] + 0.5).to_int()

@@ -12,24 +12,28 @@ Named arguments: ``version`` (1.1 | 2.0), ``size`` (from scratch only), ``lr``, 
 ``tfds`` (TFDS ``squad/v1.1`` / ``squad/v2.0``). Writes predictions.json (and null_odds.json for 2.0).
 """
 
-from bert_jax.config_args import parse_arg
-from bert_jax.finetuning.config import base_config
+from bert_jax.config_args import load_config_file, parse_arg
 
 
 def get_config(arg=None):
     args = parse_arg(arg, version="1.1", size="base", lr=5e-5, runlocal=False)
     if args.version not in ("1.1", "2.0"):
         raise ValueError(f"version={args.version!r}: expected 1.1 or 2.0")
-    v2 = args.version == "2.0"
-    task = dict(family="squad", version=args.version, source="", data_dir="", doc_stride=128,
-                max_query_length=64, max_answer_length=30, n_best_size=20, null_score_diff_threshold=0.0,
-                on_error="skip")
-    c = base_config(task, size=args.size, max_seq_length=384, batch_size=48 if v2 else 32,
-                    epochs=2.0 if v2 else 3.0, learning_rate=args.lr, runlocal=args.runlocal)
-    c.eval_batch_size = 32
-    c.unpad_multiple = 128  # fewer step shapes at 384 than 64 (docs/records.md "Fine-tuning on real lengths")
+    batch, epochs = (48, 2.0) if args.version == "2.0" else (32, 3.0)
+    config = load_config_file("finetune", f"size={args.size},lr={args.lr!r},batch={batch},epochs={epochs!r},"
+                                          f"length=384,runlocal={args.runlocal}")
+    config.eval_batch_size = 32
+    config.unpad_multiple = 128  # fewer step shapes at 384 than 64 (docs/records.md, "Fine-tuning on real lengths")
+    # Google's run_squad.py: windows of the document every 128 tokens, questions cut to 64.
+    config.task = dict(family="squad", version=args.version, source="", data_dir="")
+    config.task.doc_stride = 128
+    config.task.max_query_length = 64
+    config.task.max_answer_length = 30
+    config.task.n_best_size = 20
+    config.task.null_score_diff_threshold = 0.0  # 2.0: predict "no answer" above this score difference
+    config.task.on_error = "skip"
     if args.runlocal:
-        c.max_seq_length = 128
-        c.task.update(doc_stride=64, max_query_length=32)
-        c.eval_batch_size = 16
-    return c
+        config.max_seq_length = 128
+        config.task.update(doc_stride=64, max_query_length=32)
+        config.eval_batch_size = 16
+    return config

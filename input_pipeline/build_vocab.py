@@ -203,10 +203,10 @@ def main(argv, fv=None) -> None:
         raise ValueError(f"unexpected arguments: {argv[1:]} (flags are --name=value)")
     f = flags.FLAGS if fv is None else fv
     from input_pipeline import hide_accelerators_from_tf
-    from input_pipeline.package_data import resolve
+    from input_pipeline.package_data import locate
 
     hide_accelerators_from_tf()
-    summary = train_vocab(resolve(f.input), f.output_dir, model_type=f.model_type, vocab_size=f.vocab_size,
+    summary = train_vocab(locate(f.input), f.output_dir, model_type=f.model_type, vocab_size=f.vocab_size,
                           lower_case=f.lower_case, max_sentences=f.max_sentences, format=f.format,
                           seed=f.seed, character_coverage=f.character_coverage)
     print(summary)

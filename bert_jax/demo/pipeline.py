@@ -177,11 +177,11 @@ def stage(report: demo_report.Report, key: str, title: str):
 
 
 def fetch_data(args, report) -> dict:
-    from input_pipeline.package_data import PackageDataError, minilm_model_dir, resolve
+    from input_pipeline.package_data import PackageDataError, locate, minilm_model_dir
 
     try:
-        corpus = resolve(args.corpus)
-        reviews = resolve(args.task_file)
+        corpus = locate(args.corpus)
+        reviews = locate(args.task_file)
         minilm = None if args.no_minilm else str(minilm_model_dir())
     except PackageDataError as e:
         raise SystemExit(f"\nerror: the demo's data could not be fetched: {e}\nThe demo downloads three "

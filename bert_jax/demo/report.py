@@ -74,9 +74,9 @@ def unigram_baseline(config, eval_epochs: int = 5) -> tuple[int, dict]:
         hits += int(np.sum(b["masked_lm_ids"][w] == token))
         total += int(np.sum(w))
         held_out.update(b["masked_lm_ids"][w].tolist())
-    from input_pipeline.package_data import resolve
+    from input_pipeline.package_data import locate
 
-    vocab = Path(resolve(config.data.vocab))
+    vocab = Path(locate(config.data.vocab))
     vocab = vocab / "vocab.txt" if vocab.is_dir() else vocab
     lines = vocab.read_text(encoding="utf-8").splitlines() if vocab.suffix == ".txt" else []
     name = lines[token] if token < len(lines) else str(token)
@@ -105,7 +105,7 @@ def finetune_row(key: str, label: str, settings: dict, config, results: dict, wo
             "mean": dev.get("mean", float("nan")), "steps": steps, "epochs": settings["epochs"],
             "lr": settings["lr"], "batch": config.batch_size,
             "max_train_examples": settings["max_train_examples"], "fixed_steps": config.num_train_steps,
-            "pooling": config.model.get("classifier_pooling", "cls"), "dir": str(workdir),
+            "pooling": config.model.classifier_pooling, "dir": str(workdir),
             "probe": (probe or {}).get("accuracy", {})}
 
 

@@ -1,7 +1,7 @@
 """Fine-tuning on real lengths: which rows share a batch, and blocks on the real tokens only.
 
 Every batch is already cut to its longest row (rounded up to ``length_multiple``). Three switches
-of the fine-tuning configs (bert_jax/finetuning/config.py) cut the padding that is left; the
+of the fine-tuning configs (configs/finetune.py) cut the padding that is left; the
 measurements are in docs/records.md ("Fine-tuning on real lengths"):
 
 * ``eval_by_length`` (True): evaluation takes the rows longest first (a stable sort), so each batch

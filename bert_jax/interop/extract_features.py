@@ -163,12 +163,10 @@ def run(init: str, input_path, output_path, *, layers=(-1, -2, -3, -4), max_seq_
     ckpt = pretrained.read_checkpoint(init)
     vocab = vocab or ckpt.vocab_file
     if vocab is None:
-        raise ValueError(f"{init}: no vocabulary beside the checkpoint (vocab.txt, or RoBERTa's vocab.json + "
-                         f"merges.txt); pass --vocab")
-    tokenizer = load_tokenizer(vocab)  # WordPiece, SentencePiece or RoBERTa's byte-level BPE
-    if tokenizer.vocab_size != ckpt.config.vocab_size:
-        raise ValueError(f"{vocab} has {tokenizer.vocab_size} tokens but the checkpoint's "
-                         f"vocab_size is {ckpt.config.vocab_size}")
+        raise ValueError(f"{init}: no vocabulary beside the checkpoint (vocab.txt, RoBERTa's vocab.json + "
+                         f"merges.txt, ModernBERT's tokenizer.json); pass --vocab")
+    tokenizer = load_tokenizer(vocab)  # WordPiece, SentencePiece or a byte-level BPE
+    pretrained.check_vocab_size(ckpt.config, tokenizer.vocab_size, vocab, "the checkpoint")
     model_max = ckpt.config.max_position_embeddings - ckpt.config.position_offset  # longest row it takes
     if max_seq_length is not None and not 3 <= max_seq_length <= model_max:
         raise ValueError(f"--max_seq_length {max_seq_length}: expected 3..{model_max} for this checkpoint")

@@ -11,7 +11,10 @@ same way for every family. Only BERT rows carry Google TF names (the ``tf:`` rea
   nsp (SOP) <- ``sop_classifier.classifier``;
 - electra: ``electra.`` + ``encoder.layer.{i}``, projection ``embeddings_project`` (only if E != H), no
   pooler; mlm <- ``generator_predictions`` + ``generator_lm_head.bias``, rtd <- ``discriminator_predictions``;
-- roberta: ``roberta.`` + ``encoder.layer.{i}``, pooler ``pooler.dense``; mlm <- ``lm_head``.
+- roberta: ``roberta.`` + ``encoder.layer.{i}``, pooler ``pooler.dense``; mlm <- ``lm_head``;
+- modernbert: ``model.`` + ``layers.{i}`` (fused ``attn.Wqkv`` -> query/key/value, ``mlp.Wi`` -> the GeGLU
+  kernel [embed, 2, mlp], no ``attn_norm`` in layer 0), ``final_norm``, no pooler; mlm <- ``head`` +
+  ``decoder.bias``. Its biases are rows only when the config has them (``use_bias``, ``norm_bias``).
 """
 
 from __future__ import annotations
@@ -20,7 +23,10 @@ import dataclasses
 
 # A row: (our path, HF name, Google TF name or None, kind). kind says how the array is laid out:
 # "linear" (HF [out, in] vs our [in, out]), "transposed" ([labels, in] in TF too), "qkv_kernel",
-# "qkv_bias", "out_kernel" (per-head reshapes), "copy".
+# "qkv_bias", "out_kernel" (per-head reshapes), "copy"; ModernBERT's "wqkv_kernel:j" / "wqkv_bias:j"
+# (part j of 3 of the fused [3 * embed, ...] tensor, then as qkv_kernel / qkv_bias), "geglu_kernel"
+# ([2 * mlp, embed] vs our [embed, 2, mlp]), "geglu_bias", and the copies that exist only when the
+# config has them: "bias" (a linear layer's, ``use_bias``), "norm_bias" (a LayerNorm's, ``norm_bias``).
 Row = tuple[str, str, "str | None", str]
 
 
@@ -29,9 +35,26 @@ def linear(ours: str, hf: str, tf: str | None = None, kind: str = "linear") -> l
             (f"{ours}/bias", f"{hf}.bias", tf and f"{tf}/bias", "copy")]
 
 
-def norm(ours: str, hf: str, tf: str | None = None) -> list[Row]:
+def norm(ours: str, hf: str, tf: str | None = None, bias: str = "copy") -> list[Row]:
     return [(f"{ours}/scale", f"{hf}.weight", tf and f"{tf}/gamma", "copy"),
-            (f"{ours}/bias", f"{hf}.bias", tf and f"{tf}/beta", "copy")]
+            (f"{ours}/bias", f"{hf}.bias", tf and f"{tf}/beta", bias)]
+
+
+def optional_bias_linear(ours: str, hf: str, kind: str = "linear") -> list[Row]:
+    """A linear layer whose bias exists only when ``use_bias`` (ModernBERT's)."""
+    return [(f"{ours}/kernel", f"{hf}.weight", None, kind), (f"{ours}/bias", f"{hf}.bias", None, "bias")]
+
+
+def _modernbert_block() -> list[Row]:
+    rows = []
+    for j, q in enumerate(("query", "key", "value")):
+        rows += [(f"attention/{q}/kernel", "attn.Wqkv.weight", None, f"wqkv_kernel:{j}"),
+                 (f"attention/{q}/bias", "attn.Wqkv.bias", None, f"wqkv_bias:{j}")]
+    return [*rows, *optional_bias_linear("attention/output", "attn.Wo", "out_kernel"),
+            *norm("attention_norm", "attn_norm", bias="norm_bias"),
+            ("ffn/intermediate/kernel", "mlp.Wi.weight", None, "geglu_kernel"),
+            ("ffn/intermediate/bias", "mlp.Wi.bias", None, "geglu_bias"),
+            *optional_bias_linear("ffn/output", "mlp.Wo"), *norm("ffn_norm", "mlp_norm", bias="norm_bias")]
 
 
 def _bert_block(tf: bool) -> list[Row]:
@@ -88,6 +111,9 @@ class Family:
     pair_head: str | None = None  # what nsp/dense is trained for: "nsp" (BERT), "sop" (ALBERT), None
     fixed_mlm_act: str | None = None  # HF's MLM head activation when it ignores hidden_act
     vocab_file: str | None = "vocab.txt"  # the tokenizer file `hf:` takes as the vocabulary, if any
+    # Block parameters HF's first layer lacks (ModernBERT's layer 0 attn_norm is an Identity): read as
+    # the LayerNorm's initial values (unused: `BertConfig.layer_specs`), never written.
+    absent_in_first_layer: tuple[str, ...] = ()
 
     @property
     def bare_prefixes(self) -> tuple[str, ...]:
@@ -143,6 +169,17 @@ FAMILIES: dict[str, Family] = {
         (*_COMMON_TIED, "lm_head.decoder.weight", "lm_head.decoder.bias"),
         {"encoder": "RobertaModel", "mlm": "RobertaForMaskedLM"},
         fixed_mlm_act="gelu", vocab_file="vocab.json"),  # + merges.txt beside it
+    "modernbert": Family(
+        "modernbert", "ModernBERT", "model", "model.layers.{i}.", tuple(_modernbert_block()),
+        (("bert/embeddings/word_embeddings/embedding", "model.embeddings.tok_embeddings.weight", None, "copy"),
+         *norm("bert/embeddings/layer_norm", "model.embeddings.norm", bias="norm_bias"),
+         *norm("bert/final_norm", "model.final_norm", bias="norm_bias")),
+        {"mlm": (*optional_bias_linear("mlm/transform", "head.dense"), *norm("mlm/layer_norm", "head.norm",
+                                                                              bias="norm_bias"),
+                 ("mlm/output_bias", "decoder.bias", None, "copy"))},
+        ("decoder.weight",),
+        {"encoder": "ModernBertModel", "mlm": "ModernBertForMaskedLM"},
+        vocab_file="tokenizer.json", absent_in_first_layer=("attention_norm/scale", "attention_norm/bias")),
 }
 
 

@@ -1,14 +1,14 @@
 """Opening a pre-trained checkpoint by spec: ``hf:DIR``, ``tf:PREFIX`` or ``orbax:DIR``.
 
-- ``hf:DIR``: a Hugging Face BERT, ALBERT, ELECTRA or RoBERTa directory (config.json, whose
-  ``model_type`` picks the family, + model.safetensors or pytorch_model.bin; the vocabulary if
-  present: vocab.txt, RoBERTa's vocab.json, ALBERT's spiece.model). pytorch_model.bin
-  is read without torch.
+- ``hf:DIR``: a Hugging Face BERT, ALBERT, ELECTRA, RoBERTa or ModernBERT directory (config.json,
+  whose ``model_type`` picks the family, + model.safetensors or pytorch_model.bin; the vocabulary if
+  present: vocab.txt, RoBERTa's vocab.json, ALBERT's spiece.model, ModernBERT's tokenizer.json).
+  pytorch_model.bin is read without torch.
 - ``tf:PREFIX``: Google's original checkpoint (``bert_model.ckpt`` prefix; bert_config.json and
   vocab.txt beside it), read with ``tf.train.load_checkpoint``.
 - ``orbax:DIR``: parameters saved by `save_orbax` (bert_config.json + an Orbax ``params`` item).
 
-In place of DIR or PREFIX, a package's data by name: ``hf:pkg:minilm`` (`read_checkpoint` resolves it).
+In place of DIR or PREFIX, a package's data by name: ``hf:pkg:minilm`` (`read_checkpoint` locates it).
 
 Every failure is one line naming the file and what was expected.
 """
@@ -19,7 +19,6 @@ import dataclasses
 import json
 from pathlib import Path
 
-import jax
 import numpy as np
 from flax import nnx
 
@@ -30,6 +29,7 @@ from bert_jax.model.electra import ElectraDiscriminator, ElectraForPreTraining, 
 from bert_jax.model.encoder import BertEncoder
 from bert_jax.model.models import BertForPreTraining, create_abstract
 from bert_jax.model.weights import load_params
+from bert_jax.resolve import saved_model
 from bert_jax.training.checkpoints import read_tree
 
 
@@ -41,7 +41,7 @@ class Checkpoint:
     tensors: dict[str, np.ndarray] | None  # checkpoint names (hf/tf); None for orbax
     heads: dict[str, bool]  # pooler / mlm / nsp / rtd present
     vocab_file: Path | None
-    model_type: str = "bert"  # the family (bert_jax.interop.families): bert, albert, electra, roberta
+    model_type: str = "bert"  # the family (bert_jax.interop.families): bert, albert, electra, roberta, modernbert
 
 
 def _json(path: Path) -> dict:
@@ -56,6 +56,16 @@ def _json(path: Path) -> dict:
 def _check_vocab(vocab: Path | None, cfg: BertConfig, config_file: Path) -> Path | None:
     if vocab is None or not vocab.exists():
         return None
+    if vocab.name == "tokenizer.json":  # ModernBERT's: its table may be padded past the tokenizer's ids
+        from tokenizers import Tokenizer
+
+        try:
+            n = max(Tokenizer.from_file(str(vocab)).get_vocab(with_added_tokens=True).values()) + 1
+        except Exception as e:  # noqa: BLE001 - the tokenizers package raises a bare Exception
+            raise ValueError(f"{vocab}: not a tokenizers tokenizer.json ({e})") from e
+        if n > cfg.vocab_size:
+            raise ValueError(f"{vocab} has {n} tokens but {config_file} says vocab_size={cfg.vocab_size}")
+        return vocab
     if vocab.suffix == ".json":  # RoBERTa's byte-level BPE: {token: id}
         n = len(_json(vocab))
     elif vocab.suffix == ".model":  # ALBERT's SentencePiece model
@@ -71,6 +81,16 @@ def _check_vocab(vocab: Path | None, cfg: BertConfig, config_file: Path) -> Path
     if n != cfg.vocab_size:
         raise ValueError(f"{vocab} has {n} tokens but {config_file} says vocab_size={cfg.vocab_size}")
     return vocab
+
+
+def check_vocab_size(cfg: BertConfig, size: int, vocab, where) -> None:
+    """Raises ValueError unless a tokenizer of ``size`` ids (the file ``vocab``) fits the model of
+    ``where``: exactly its ``vocab_size``, or, for ModernBERT (rotary positions), at most that: its word
+    table is padded past its tokenizer's ids (to a multiple of 64)."""
+    if size == cfg.vocab_size or (cfg.rotary and size < cfg.vocab_size):
+        return
+    padded = " (a ModernBERT table may be larger than its tokenizer, not smaller)" if cfg.rotary else ""
+    raise ValueError(f"{vocab} has {size} tokens but {where}'s vocab_size is {cfg.vocab_size}{padded}")
 
 
 def read_hf(directory: str | Path) -> Checkpoint:
@@ -126,7 +146,7 @@ def read_orbax(directory: str | Path) -> Checkpoint:
     d = Path(directory)
     meta = _json(d / "bert_config.json")
     try:
-        cfg = BertConfig.from_dict(meta["config"]).for_platform(jax.default_backend())  # "auto" of older saves
+        cfg = saved_model(meta["config"], d / "bert_config.json")  # as saved: resolved when written
         heads = {"rtd": False, **meta["heads"]}
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{d / 'bert_config.json'}: not written by bert_jax save_orbax ({e})") from e
@@ -138,14 +158,14 @@ def read_orbax(directory: str | Path) -> Checkpoint:
 
 def read_checkpoint(spec: str) -> Checkpoint:
     """The checkpoint ``spec`` names (the module docstring); a package's data by name in place of the
-    path (``hf:pkg:minilm``, `input_pipeline.package_data.resolve`) is resolved here, for every tool."""
-    from input_pipeline.package_data import resolve
+    path (``hf:pkg:minilm``, `input_pipeline.package_data.locate`) is located here, for every tool."""
+    from input_pipeline.package_data import locate
 
     kind, sep, path = spec.partition(":")
     readers = {"hf": read_hf, "tf": read_tf, "orbax": read_orbax}
     if not sep or kind not in readers or not path:
         raise ValueError(f"checkpoint spec {spec!r}: expected hf:DIR, tf:PREFIX or orbax:DIR")
-    return readers[kind](resolve(path) if path.startswith("pkg:") else path)
+    return readers[kind](locate(path) if path.startswith("pkg:") else path)
 
 
 def build_model(ckpt: Checkpoint, *, with_heads: bool = True, config: BertConfig | None = None) -> nnx.Module:

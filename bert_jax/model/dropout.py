@@ -13,8 +13,8 @@ one pass over the activations. An element is kept when its 32 random bits are at
 scaled by exactly ``1 / (1 - rate)``.
 
 ``impl="jax"`` is ``flax.nnx.Dropout``'s computation (``jax.random.bernoulli``; bit for bit the
-numbers of before), the model's default. A config's ``"auto"`` resolves to "fused" on the CPU and
-"jax" elsewhere (`bert_jax.model.execution.resolve_dropout`, once when a job starts): GPUs already
+numbers of before), the model's default. A job config's auto value is "fused" on the CPU and
+"jax" elsewhere (`bert_jax.resolve.resolve_dropout`, once when a job starts): GPUs already
 get the unrolled Threefry from JAX, and TPUs a hardware generator with ``rng_impl="rbg"``.
 The two give different masks (both are reproducible: same key, same mask).
 """
@@ -81,8 +81,8 @@ class Dropout(nnx.Module):
 
     def __init__(self, rate: float, impl: str = "jax"):
         if impl not in ("jax", "fused"):
-            raise ValueError(f"dropout_impl {impl!r}: expected 'jax' or 'fused' ('auto' is resolved per platform "
-                             "by BertConfig.for_platform before a model is built)")
+            raise ValueError(f"dropout_impl {impl!r}: expected 'jax' or 'fused' (a job config's 'auto' is "
+                             "resolved for its platform by bert_jax.resolve before a model is built)")
         self.rate, self.impl = rate, impl
 
     def __call__(self, x, *, deterministic: bool, rngs: nnx.Rngs | None = None):

@@ -6,7 +6,7 @@ embedding tables (token, position, type: one set, ``bert/embeddings``) through i
 Masked positions are filled with samples from its softmax (Gumbel-max, no gradient through the
 sample), and the discriminator — the usual encoder at ``.bert``, what fine-tuning and feature
 extraction restore — labels every real token original or replaced. The losses live in
-`bert_jax.training.train_step`: generator MLM + ``rtd_weight`` · discriminator BCE.
+`bert_jax.training.pretraining`: generator MLM + ``rtd_weight`` · discriminator BCE.
 """
 
 from __future__ import annotations

@@ -1,16 +1,20 @@
 """The BERT encoder: embeddings → a stack of transformer blocks → (optional) pooler.
 
-Scanned (``cfg.scan_layers``; "auto": not on CPU), the blocks' parameters are stacked along a leading
-``layers`` axis (built with ``nnx.vmap``) and run as one ``jax.lax.scan`` (fast compile, constant
-program size); unrolled, each block holds its own parameters (``layers/0/...``, ``layers/1/...``),
-initialised to the same values. Checkpoints and stored weights hold the stacked layout and load into
-either (`bert_jax.model.layer_layout`).
+Scanned (``cfg.scan_layers``; a job's default on GPU/TPU, bert_jax/resolve.py), the blocks'
+parameters are stacked along a leading ``layers`` axis (built with ``nnx.vmap``) and run as one
+``jax.lax.scan`` (fast compile, constant program size); unrolled, each block holds its own
+parameters (``layers/0/...``, ``layers/1/...``), initialised to the same values. Checkpoints and
+stored weights hold the stacked layout and load into either (`bert_jax.model.layer_layout`).
 Both can rematerialise each block under a ``jax.checkpoint`` policy. With ``share_layers`` (ALBERT)
 the axis has length 1 and that one block runs ``num_layers`` times, scanned or not.
 Factorised embeddings (``embedding_size`` E ≠ hidden) go through ``embedding_projection`` (E → hidden)
 before the blocks; an encoder built ``with_embeddings=False`` (ELECTRA's generator) takes another
 encoder's embedding output instead of owning tables.
 Given ``token_index`` the blocks run on the real tokens only (`bert_jax.model.token_layout`).
+ModernBERT's switches (`BertConfig`: rotary positions, local windows, pre-norm) add per-layer data
+(`BertConfig.layer_specs`: each layer's window and rotary base) that the scan carries beside the
+stacked parameters and an unrolled stack hands each block as Python values, the rotary positions
+every block reads, and a final LayerNorm after the last block (``final_norm``).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from bert_jax.model import axes
 from bert_jax.model.activation_sharding import constrain
 from bert_jax.model.config import BertConfig
 from bert_jax.model.layer_layout import unstack
-from bert_jax.model.layers import Embeddings, TransformerBlock, dense
+from bert_jax.model.layers import Embeddings, TransformerBlock, dense, layer_norm
 from bert_jax.model.token_layout import PADDED, TokenLayout, Unpadded
 
 RESIDUAL = (axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_EMBED)  # the residual stream [*tokens, embed]
@@ -92,6 +96,7 @@ class BertEncoder(nnx.Module):
         # stack: measured faster on CPU, docs/records.md), with the values the stack was initialised to.
         self.layers = stacked if cfg.stacks_layers else nnx.Dict(
             {str(i): block for i, block in enumerate(unstack(stacked, cfg))})
+        self.final_norm = layer_norm(cfg, rngs=rngs) if cfg.pre_norm else None
         self.pooler = (
             dense(cfg, cfg.hidden_size, cfg.hidden_size, (axes.EMBED, None), rngs=rngs)
             if cfg.use_pooler
@@ -143,52 +148,63 @@ class BertEncoder(nnx.Module):
             layout = Unpadded(token_index, *input_ids.shape)
         # [*tokens, embed]: [batch, length] padded, [shards, tokens] unpadded
         x = constrain(layout.to_tokens(x), *RESIDUAL)
+        positions = None
+        if cfg.rotary:  # [batch | 1, length]: what the blocks rotate queries and keys by
+            positions = jnp.arange(input_ids.shape[-1])[None, :] if position_ids is None else position_ids
 
-        x, hiddens, probs = self.run_blocks(x, mask, layout, deterministic=deterministic, rngs=rngs,
-                                            output_hidden_states=output_hidden_states,
+        x, hiddens, probs = self.run_blocks(x, mask, layout, positions=positions, deterministic=deterministic,
+                                            rngs=rngs, output_hidden_states=output_hidden_states,
                                             output_attentions=output_attentions)
+        if self.final_norm is not None:
+            x = self.final_norm(x)  # [*tokens, embed]
         x = constrain(layout.to_rows(x), *RESIDUAL)  # [batch, length, embed]
         hidden_states = None
         if output_hidden_states:
+            if self.final_norm is not None:  # the last one after the final norm, as Hugging Face's
+                hiddens = hiddens.at[-1].set(x)
             # [layers + 1, batch, length, embed]
             hidden_states = jnp.concatenate([embedding_output[None], hiddens], axis=0)
         pooled = None if self.pooler is None else self.pool(x)  # [batch, embed]
         return EncoderOutput(x, pooled, hidden_states, probs if output_attentions else None)
 
-    def run_blocks(self, x, mask, layout: TokenLayout, *, deterministic: bool, rngs, output_hidden_states: bool,
-                   output_attentions: bool):
+    def run_blocks(self, x, mask, layout: TokenLayout, *, positions=None, deterministic: bool, rngs,
+                   output_hidden_states: bool, output_attentions: bool):
         """The transformer blocks over x [*tokens, embed]: one ``lax.scan`` over the stacked layers or
         unrolled, each block rematerialised under ``cfg.remat_policy``. Returns the last block's
         output [*tokens, embed], every block's output [layers, *tokens, embed] (or None) and the
-        attention probabilities [layers, batch, heads, length, length] (or None)."""
+        attention probabilities [layers, batch, heads, length, length] (or None). ``positions``
+        [batch | 1, length]: the rotary positions (None without rotary)."""
         cfg = self.cfg
         keys = None if deterministic else jax.random.split(rngs.dropout(), cfg.num_layers)
+        specs = cfg.layer_specs()  # per-layer data [layers] (None for BERT)
         if isinstance(self.layers, nnx.Dict):  # per-layer parameters ("0", "1", ...), unrolled
             graphdef, stacked = nnx.split(self.layers["0"])[0], None
         else:
             graphdef, stacked = nnx.split(self.layers)
 
-        def layer(h, params, key):
+        def layer(h, params, key, spec):
             block = nnx.merge(graphdef, params)
             layer_rngs = None if key is None else nnx.Rngs(dropout=key)
-            return block(
-                h, mask, layout, deterministic=deterministic, rngs=layer_rngs, return_probs=output_attentions)
+            return block(h, mask, layout, spec=spec, positions=positions, deterministic=deterministic,
+                         rngs=layer_rngs, return_probs=output_attentions)
 
+        scanned = stacked is not None and cfg.scanned
         policy = remat_policy(cfg.remat_policy)
-        if policy is not None:
-            layer = jax.checkpoint(layer, policy=None if policy == "full" else policy)
+        if policy is not None:  # an unrolled block's spec (Python values) stays static under remat
+            layer = jax.checkpoint(layer, policy=None if policy == "full" else policy,
+                                   static_argnums=() if scanned else (3,))
 
         shared = jax.tree.map(lambda a: a[0], stacked) if cfg.share_layers else None  # one block
 
         def step(h, xs):
-            params, key = xs
-            h, probs = layer(h, shared if params is None else params, key)
+            params, key, spec = xs
+            h, probs = layer(h, shared if params is None else params, key, spec)
             h = constrain(h, *RESIDUAL)  # [*tokens, embed]: the scan's carry stays split like the batch
             return h, (h if output_hidden_states else None, probs)
 
         per_layer = None if cfg.share_layers else stacked  # scanned over; the shared block is closed over
-        if stacked is not None and cfg.scanned:
-            x, (hiddens, probs) = jax.lax.scan(step, x, (per_layer, keys), length=cfg.num_layers)
+        if scanned:
+            x, (hiddens, probs) = jax.lax.scan(step, x, (per_layer, keys, specs), length=cfg.num_layers)
         else:
             outs = []
             for i in range(cfg.num_layers):
@@ -197,7 +213,7 @@ class BertEncoder(nnx.Module):
                     params = nnx.split(self.layers[str(i)])[1]
                 else:  # ALBERT's shared block (or a stack run unrolled)
                     params = None if per_layer is None else jax.tree.map(lambda a, i=i: a[i], per_layer)
-                x, out = step(x, (params, key))
+                x, out = step(x, (params, key, None if specs is None else specs.at(i)))
                 outs.append(out)
             hiddens, probs = jax.tree.map(lambda *a: jnp.stack(a), *outs) if outs else (None, None)
         return x, hiddens, probs

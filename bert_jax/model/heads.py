@@ -33,7 +33,7 @@ class MaskedLMHead(nnx.Module):
 
     def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs):
         self.act = ACTIVATIONS[cfg.hidden_act]
-        self.transform = dense(cfg, cfg.hidden_size, cfg.embed_dim, (axes.EMBED, None), rngs=rngs)
+        self.transform = dense(cfg, cfg.hidden_size, cfg.embed_dim, (axes.EMBED, None), rngs=rngs, bias=cfg.use_bias)
         self.layer_norm = layer_norm(cfg, rngs=rngs, width=cfg.embed_dim)
         self.output_bias = nnx.Param(
             jnp.zeros((cfg.vocab_size,), cfg.param_dtype), **axes.metadata(axes.VOCAB)

@@ -1,7 +1,9 @@
-"""BERT's building blocks in Flax NNX: embeddings, self-attention, feed-forward, post-LN block.
+"""BERT's building blocks in Flax NNX: embeddings, self-attention, feed-forward, the block (post-LN as
+BERT's; pre-LN, rotary positions, local attention and GeGLU as ModernBERT's, by `BertConfig` switches).
 
 Axis letters in einsum strings: B batch, T query position, S key position, D model width (embed),
-N heads, H per-head width (kv), F feed-forward width (mlp). Dropout keys come in at call time
+N heads, H per-head width (kv), F feed-forward width (mlp), G GeGLU's two halves (activation input,
+gate). Dropout keys come in at call time
 (``rngs=nnx.Rngs(dropout=key)``) so modules hold no random state: a training step is a pure function
 of ``nnx.split`` state.
 """
@@ -9,17 +11,20 @@ of ``nnx.split`` state.
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from bert_jax.model import axes
 from bert_jax.model.activation_sharding import constrain
-from bert_jax.model.config import BertConfig
+from bert_jax.model.config import ATTENTION_IMPLS, BertConfig, LayerSpec
 from bert_jax.model.dropout import Dropout
-from bert_jax.model.execution import attention_call, mask_kind
 from bert_jax.model.token_layout import PADDED, TokenLayout
+
+MaskKind = Literal["padding", "packed"]
 
 ACTIVATIONS = {
     "gelu": lambda x: jax.nn.gelu(x, approximate=False),  # the paper's exact erf form
@@ -46,16 +51,18 @@ def layer_norm(cfg: BertConfig, *, rngs: nnx.Rngs, width: int | None = None) -> 
         dtype=cfg.compute_dtype,
         param_dtype=cfg.param_dtype,
         use_fast_variance=False,  # two-pass variance, as the reference implementations compute it
+        use_bias=cfg.norm_bias,
         scale_metadata=axes.metadata(axes.EMBED),
         bias_metadata=axes.metadata(axes.EMBED),
         rngs=rngs,
     )
 
 
-def dense(cfg: BertConfig, din: int, dout: int, names: tuple, *, rngs: nnx.Rngs) -> nnx.Linear:
+def dense(cfg: BertConfig, din: int, dout: int, names: tuple, *, rngs: nnx.Rngs, bias: bool = True) -> nnx.Linear:
     return nnx.Linear(
         din,
         dout,
+        use_bias=bias,
         dtype=cfg.compute_dtype,
         param_dtype=cfg.param_dtype,
         kernel_init=weight_init(cfg, *names),
@@ -63,6 +70,56 @@ def dense(cfg: BertConfig, din: int, dout: int, names: tuple, *, rngs: nnx.Rngs)
         rngs=rngs,
     )
 
+
+def mask_kind(mask_shape: tuple[int, ...]) -> MaskKind:
+    """A [batch, 1, 1, length] key mask is padding; a [batch, 1, length, length] one is packed rows."""
+    return "padding" if mask_shape[-2] == 1 else "packed"
+
+
+def attention_call(impl: str, kind: MaskKind) -> Literal["xla", "cudnn", "explicit"]:
+    """What ``attention_impl`` (a config's: xla, cudnn or explicit) runs for a mask of ``kind``:
+    "cudnn" (cuDNN's flash attention: bfloat16/float16, padding given as per-row key lengths, rows
+    padded at the end as every pipeline here builds them) takes padding masks and leaves packed rows,
+    which no key lengths express, to XLA."""
+    if impl not in ATTENTION_IMPLS:
+        raise ValueError(f"attention_impl {impl!r}: expected one of {ATTENTION_IMPLS} (bert_jax.resolve "
+                         "resolves a job config's choice for its platform)")
+    return "xla" if impl == "cudnn" and kind == "packed" else impl  # type: ignore[return-value]
+
+
+def local_mask(mask: jax.Array, window) -> jax.Array:
+    """``mask`` (bool [batch, 1, 1 | length, length], True = attend) narrowed to the keys within
+    ``window // 2`` positions of each query: [batch, 1, length, length]. ``window`` 0 = global: the
+    mask unchanged when it is a Python int (an unrolled block), else (a scanned one) selected in the graph."""
+    if isinstance(window, int) and window == 0:
+        return mask
+    idx = jnp.arange(mask.shape[-1])  # [length]
+    band = jnp.abs(idx[:, None] - idx[None, :]) <= window // 2  # [query, key]
+    if not isinstance(window, int):
+        band = band | (window == 0)
+    return mask & band  # [batch, 1, length, length]
+
+
+def rotary(x: jax.Array, positions: jax.Array, theta) -> jax.Array:
+    """Rotary position embedding (RoPE, GPT-NeoX's layout: feature j pairs with j + kv/2), as
+    Hugging Face ModernBERT computes it: angles in float32, cos/sin rounded to x's dtype, the rotation
+    in float32. x: [batch, length, heads, kv]; positions: [batch | 1, length]; theta: the base."""
+    kv = x.shape[-1]
+    inv_freq = 1.0 / (jnp.asarray(theta, jnp.float32) ** (jnp.arange(0, kv, 2, dtype=jnp.float32) / kv))  # [kv/2]
+    angles = positions.astype(jnp.float32)[..., None] * inv_freq  # [batch | 1, length, kv/2]
+    angles = jnp.concatenate([angles, angles], axis=-1)[:, :, None, :]  # [batch | 1, length, 1, kv]
+    cos = jnp.cos(angles).astype(x.dtype).astype(jnp.float32)
+    sin = jnp.sin(angles).astype(x.dtype).astype(jnp.float32)
+    xf = x.astype(jnp.float32)
+    half = jnp.concatenate([-xf[..., kv // 2:], xf[..., :kv // 2]], axis=-1)  # [batch, length, heads, kv]
+    return (xf * cos + half * sin).astype(x.dtype)
+
+
+def select(flag, a, b):
+    """``a`` where ``flag`` else ``b``: a Python bool picks one when tracing, a traced one selects."""
+    if isinstance(flag, bool | np.bool_):
+        return a if flag else b
+    return jnp.where(flag, a, b)
 
 
 def explicit_attention(q, k, v, mask, dropout: Dropout, *, deterministic: bool = True, rngs=None):
@@ -75,10 +132,12 @@ def explicit_attention(q, k, v, mask, dropout: Dropout, *, deterministic: bool =
     dropped = dropout(probs, deterministic=deterministic, rngs=rngs)
     return jnp.einsum("BNTS,BSNH->BTNH", dropped, v), probs  # [batch, length, heads, kv]
 
+
 class Embeddings(nnx.Module):
     """word + absolute position + token-type embeddings → LayerNorm → dropout, all ``cfg.embed_dim``
     (E) wide; positions start at ``cfg.position_offset``. With one token type (RoBERTa) segment ids
-    are ignored, so sentence-pair features built for BERT still run."""
+    are ignored, so sentence-pair features built for BERT still run. Rotary positions (ModernBERT)
+    have no table here (the blocks rotate queries and keys), and ``type_vocab_size`` 0 no type table."""
 
     def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs):
         self.position_offset = cfg.position_offset
@@ -94,8 +153,8 @@ class Embeddings(nnx.Module):
             )
 
         self.word_embeddings = embed(cfg.vocab_size, axes.VOCAB)
-        self.position_embeddings = embed(cfg.max_position_embeddings, None)
-        self.token_type_embeddings = embed(cfg.type_vocab_size, None)
+        self.position_embeddings = embed(cfg.max_position_embeddings, None) if not cfg.rotary else None
+        self.token_type_embeddings = embed(cfg.type_vocab_size, None) if cfg.type_vocab_size else None
         self.layer_norm = layer_norm(cfg, rngs=rngs, width=cfg.embed_dim)
         self.dropout = Dropout(cfg.hidden_dropout_prob, cfg.dropout_impl)
 
@@ -104,16 +163,19 @@ class Embeddings(nnx.Module):
         if position_ids is None:
             position_ids = jnp.arange(input_ids.shape[-1])[None, :]  # [1, length]
         x = self.word_embeddings(input_ids)  # [batch, length, E]
-        x = x + self.position_embeddings(position_ids + self.position_offset)  # [batch, length, E]
-        if self.token_type_embeddings.num_embeddings == 1:
-            segment_ids = jnp.zeros_like(segment_ids)  # [batch, length]
-        x = x + self.token_type_embeddings(segment_ids)  # [batch, length, E]
+        if self.position_embeddings is not None:
+            x = x + self.position_embeddings(position_ids + self.position_offset)  # [batch, length, E]
+        if self.token_type_embeddings is not None:
+            if self.token_type_embeddings.num_embeddings == 1:
+                segment_ids = jnp.zeros_like(segment_ids)  # [batch, length]
+            x = x + self.token_type_embeddings(segment_ids)  # [batch, length, E]
         x = self.layer_norm(x)
         return self.dropout(x, deterministic=deterministic, rngs=rngs)  # [batch, length, E]
 
 
 class SelfAttention(nnx.Module):
-    """Multi-head self-attention with a padding (or packing) mask and an output projection."""
+    """Multi-head self-attention with a padding (or packing) mask and an output projection; with
+    rotary positions, queries and keys rotated by position; in a local layer, a windowed mask."""
 
     def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs):
         self.cfg = cfg
@@ -123,7 +185,7 @@ class SelfAttention(nnx.Module):
             return nnx.Einsum(
                 spec,
                 kernel_shape,
-                bias_shape,
+                bias_shape if cfg.use_bias else None,
                 dtype=cfg.compute_dtype,
                 param_dtype=cfg.param_dtype,
                 kernel_init=weight_init(cfg, *kernel_axes),
@@ -140,16 +202,22 @@ class SelfAttention(nnx.Module):
         )
         self.dropout = Dropout(cfg.attention_dropout_prob, cfg.dropout_impl)
 
-    def __call__(self, x, mask, layout: TokenLayout = PADDED, *, deterministic=True, rngs=None,
-                 return_probs=False):
+    def __call__(self, x, mask, layout: TokenLayout = PADDED, *, spec: LayerSpec | None = None, positions=None,
+                 deterministic=True, rngs=None, return_probs=False):
         # x: [*tokens, embed] in ``layout`` ([batch, length] padded, [shards, tokens] unpadded):
         # projections on those tokens, attention in [batch, length] places.
         # mask: bool [batch, 1, length | 1, length], True = attend.
+        # spec: this layer's window and rotary base (`BertConfig.layer_specs`; None: BERT's global layer);
+        # positions: [batch | 1, length], what rotary positions rotate by.
         cfg = self.cfg
         heads = (axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_HEADS, axes.ACT_KV)
         q = constrain(layout.to_rows(self.query(x)), *heads)  # [batch, length, heads, kv]
         k = constrain(layout.to_rows(self.key(x)), *heads)  # [batch, length, heads, kv]
         v = constrain(layout.to_rows(self.value(x)), *heads)  # [batch, length, heads, kv]
+        if cfg.rotary:
+            q, k = rotary(q, positions, spec.rope_theta), rotary(k, positions, spec.rope_theta)
+        if spec is not None:
+            mask = local_mask(mask, spec.window)  # [batch, 1, length, length] in a local (or scanned) layer
         needs_dropout = not deterministic and cfg.attention_dropout_prob > 0.0
         probs = None
         if return_probs or needs_dropout or cfg.attention_impl == "explicit":
@@ -168,34 +236,62 @@ class SelfAttention(nnx.Module):
 
 
 class FeedForward(nnx.Module):
-    """dense(embed → mlp) → activation → dense(mlp → embed)."""
+    """dense(embed → mlp) → activation → dense(mlp → embed); GeGLU (``cfg.ffn = "geglu"``): one
+    projection embed → [2, mlp] (kernel [embed, 2, mlp]), act(first) × second, dense(mlp → embed)."""
 
     def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs):
         self.act = ACTIVATIONS[cfg.hidden_act]
+        self.geglu = cfg.ffn == "geglu"
         d, f = cfg.hidden_size, cfg.intermediate_size
-        self.intermediate = dense(cfg, d, f, (axes.EMBED, axes.MLP), rngs=rngs)
-        self.output = dense(cfg, f, d, (axes.MLP, axes.EMBED), rngs=rngs)
+        if self.geglu:
+            self.intermediate = nnx.Einsum(
+                "BTD,DGF->BTGF", (d, 2, f), (2, f) if cfg.use_bias else None, dtype=cfg.compute_dtype,
+                param_dtype=cfg.param_dtype, kernel_init=weight_init(cfg, axes.EMBED, None, axes.MLP),
+                bias_init=zeros_init(None, axes.MLP), rngs=rngs)
+        else:
+            self.intermediate = dense(cfg, d, f, (axes.EMBED, axes.MLP), rngs=rngs, bias=cfg.use_bias)
+        self.output = dense(cfg, f, d, (axes.MLP, axes.EMBED), rngs=rngs, bias=cfg.use_bias)
 
     def __call__(self, x):
         # x: [*tokens, embed]
-        y = constrain(self.act(self.intermediate(x)), axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_MLP)  # [*tokens, mlp]
+        if self.geglu:
+            y = self.intermediate(x)  # [*tokens, 2, mlp]: the activation's input, the gate
+            y = self.act(y[..., 0, :]) * y[..., 1, :]  # [*tokens, mlp]
+        else:
+            y = self.act(self.intermediate(x))  # [*tokens, mlp]
+        y = constrain(y, axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_MLP)  # [*tokens, mlp]
         return constrain(self.output(y), axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_EMBED)  # [*tokens, embed]
 
 
 class TransformerBlock(nnx.Module):
-    """Post-LayerNorm transformer block, as in the paper: LN(x + drop(attn(x))), LN(h + drop(ffn(h)))."""
+    """Post-LayerNorm transformer block, as in the paper: LN(x + drop(attn(x))), LN(h + drop(ffn(h)));
+    pre-LayerNorm (``cfg.norm_position = "pre"``, ModernBERT): h = x + drop(attn(LN(x))),
+    h + drop(ffn(LN(h))), its norms ``attention_norm`` and ``ffn_norm``; the first block's attention
+    reads x as it is (``spec.norm_input`` False: the embeddings were just normed)."""
 
     def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs):
+        self.pre_norm = cfg.pre_norm
         self.attention = SelfAttention(cfg, rngs=rngs)
         self.attention_norm = layer_norm(cfg, rngs=rngs)
         self.ffn = FeedForward(cfg, rngs=rngs)
-        self.output_norm = layer_norm(cfg, rngs=rngs)
+        if cfg.pre_norm:
+            self.ffn_norm = layer_norm(cfg, rngs=rngs)
+        else:
+            self.output_norm = layer_norm(cfg, rngs=rngs)
         self.dropout = Dropout(cfg.hidden_dropout_prob, cfg.dropout_impl)
 
-    def __call__(self, x, mask, layout: TokenLayout = PADDED, *, deterministic=True, rngs=None,
-                 return_probs=False):
+    def __call__(self, x, mask, layout: TokenLayout = PADDED, *, spec: LayerSpec | None = None, positions=None,
+                 deterministic=True, rngs=None, return_probs=False):
         # x: [*tokens, embed] in ``layout`` ([batch, length] padded, [shards, tokens] unpadded)
-        a, probs = self.attention(x, mask, layout, deterministic=deterministic, rngs=rngs, return_probs=return_probs)
+        # spec, positions: see `SelfAttention` (None for BERT)
+        attend = dict(spec=spec, positions=positions, deterministic=deterministic, rngs=rngs, return_probs=return_probs)
+        if self.pre_norm:
+            h = select(spec.norm_input, self.attention_norm(x), x)  # [*tokens, embed]
+            a, probs = self.attention(h, mask, layout, **attend)
+            h = x + self.dropout(a, deterministic=deterministic, rngs=rngs)  # [*tokens, embed]
+            f = self.ffn(self.ffn_norm(h))  # [*tokens, embed]
+            return h + self.dropout(f, deterministic=deterministic, rngs=rngs), probs
+        a, probs = self.attention(x, mask, layout, **attend)
         h = self.attention_norm(x + self.dropout(a, deterministic=deterministic, rngs=rngs))
         f = self.ffn(h)  # [*tokens, embed]
         out = self.output_norm(h + self.dropout(f, deterministic=deterministic, rngs=rngs))

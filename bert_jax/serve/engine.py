@@ -21,14 +21,16 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from bert_jax.finetuning import steps as fs
+from bert_jax.finetuning import task as fs
 from bert_jax.finetuning.warm_start import open_init_checkpoint
 from bert_jax.interop.extract_features import truncate_pair
+from bert_jax.interop.pretrained import check_vocab_size
 from bert_jax.model.config import BertConfig
 from bert_jax.model.encoder import BertEncoder
+from bert_jax.resolve import saved_model
 from bert_jax.serve import pooling
 from bert_jax.training.checkpoints import Checkpointer, restore_params
-from input_pipeline.package_data import resolve
+from input_pipeline.package_data import locate
 from input_pipeline.tokenizers.factory import load_tokenizer
 
 log = logging.getLogger(__name__)
@@ -176,17 +178,17 @@ def _load_finetuned(path: Path, config: dict, vocab: str | None, **kw) -> Engine
         meta = ckpt.read_meta()
     finally:
         ckpt.close()
-    cfg = BertConfig.from_dict(meta["model"]).for_platform(jax.default_backend()).deterministic()
+    cfg = saved_model(meta["model"], path).deterministic()  # as the job resolved it: read, not resolved again
     _check_length(kw["max_seq_length"], cfg)
-    vocab = vocab or config.get("vocab") or None
-    if not vocab and config.get("init_checkpoint"):
+    vocab = vocab or config["vocab"] or None  # every fine-tuning config.json has vocab and init_checkpoint
+    if not vocab and config["init_checkpoint"]:
         vocab = open_init_checkpoint(config["init_checkpoint"]).vocab_file
     if not vocab:
         raise ValueError(f"{path / 'config.json'}: names no vocabulary (vocab, init_checkpoint); pass --vocab")
     model = nnx.jit(lambda: fs.make_model(cfg, task.kind, task.num_labels, 0))()
     restore_params(path, model, only=None)
     names = tuple(getattr(task, "label_names", ())) if task.kind == "classification" else ()
-    return Engine(model, cfg, load_tokenizer(resolve(vocab)), source=str(path), kind=task.kind,
+    return Engine(model, cfg, load_tokenizer(locate(vocab)), source=str(path), kind=task.kind,
                   label_names=names, **kw)
 
 
@@ -198,7 +200,7 @@ def load(init: str, *, max_seq_length: int = 128, max_batch: int = 64, vocab: st
         raise ValueError(f"--max_batch {max_batch}: expected at least 1")
     kw = dict(max_seq_length=max_seq_length, max_batch=max_batch)
     kind, sep, rest = init.partition(":")
-    local = Path(resolve(rest if sep and kind in ("hf", "tf", "orbax") else init))
+    local = Path(locate(rest if sep and kind in ("hf", "tf", "orbax") else init))
     if not sep or kind not in ("hf", "tf", "orbax"):
         if (config := _finetuning_config(local)) is not None:
             return _load_finetuned(local, config, vocab, **kw)
@@ -211,10 +213,8 @@ def load(init: str, *, max_seq_length: int = 128, max_batch: int = 64, vocab: st
     vocab = vocab or warm.vocab_file
     if not vocab:
         raise ValueError(f"--init {init}: no vocabulary beside the checkpoint; pass --vocab")
-    tokenizer = load_tokenizer(resolve(vocab))
-    if tokenizer.vocab_size != cfg.vocab_size:
-        raise ValueError(f"{vocab} has {tokenizer.vocab_size} tokens but the checkpoint's vocab_size is "
-                         f"{cfg.vocab_size}")
+    tokenizer = load_tokenizer(locate(vocab))
+    check_vocab_size(cfg, tokenizer.vocab_size, vocab, "the checkpoint")
     model = nnx.jit(lambda: Embedder(cfg, rngs=nnx.Rngs(0)))()
     warm.load_encoder(model)
     defaults = pooling.sentence_transformers_defaults(local) if local.is_dir() else None

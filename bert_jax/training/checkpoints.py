@@ -222,10 +222,19 @@ def require_storage_access(workdir: str | os.PathLike) -> None:
                         + "; check the network and the credentials (gcloud auth application-default login)") from e
 
 
+def _orbax_warnings_only(record: logging.LogRecord) -> bool:
+    """Orbax logs every save and restore at INFO through absl (dozens of lines a checkpoint): its
+    warnings and errors are kept."""
+    return record.levelno >= logging.WARNING or "orbax" not in record.pathname
+
+
 class Checkpointer:
     """A thin wrapper over ``ocp.CheckpointManager`` for the trainer."""
 
     def __init__(self, workdir: str | Path, *, keep: int = 3, async_save: bool = True):
+        absl = logging.getLogger("absl")
+        if _orbax_warnings_only not in absl.filters:
+            absl.addFilter(_orbax_warnings_only)
         self.directory = as_path(workdir) / "checkpoints"
         require_gcs_client(self.directory)
         options = ocp.CheckpointManagerOptions(
@@ -292,7 +301,7 @@ class Checkpointer:
 
     def restore(self, target: Any, step: int | None = None, *, hint: bool = True) -> tuple[Any, dict]:
         """Restores into ``target``: a pytree of ``jax.ShapeDtypeStruct`` with shardings (see
-        `bert_jax.training.state.StateLayout.target`), so every array lands in its shards, and
+        `bert_jax.training.steps.StateLayout.target`), so every array lands in its shards, and
         checks the fingerprint. Any failure raises `CheckpointRestoreError` naming the step (a shape
         mismatch names the leaf); ``hint`` adds how to fall back to the checkpoint before it."""
         step = self.latest_step() if step is None else step

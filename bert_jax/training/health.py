@@ -89,7 +89,7 @@ def health_sums(hidden: jax.Array, batch: dict) -> dict[str, jax.Array]:
     else:
         cls, w = h[:, :1], real[:, :1]  # [B, 1, H], [B, 1]
     # Weighted sums as multiply-and-reduce, not einsums: no matrix products, so the step's FLOPs stay
-    # the model's (tests/benchmark/test_family.py counts them exactly).
+    # the model's (tests/benchmark/test_flops.py counts them exactly).
     real3, w3 = real[..., None], w[..., None]  # [B, L, 1], [B, K, 1]
     return {"token_count": real.sum(), "token_sum": (real3 * h).sum((0, 1)),
             "token_sumsq": (real3 * h * h).sum((0, 1)),

@@ -4,7 +4,7 @@
 Everything here is plain optax over a params pytree: an ``nnx.State`` from
 ``nnx.state(model, nnx.Param)`` or its ``.to_pure_dict()``. One entry point:
 
-    tx, lr_fn = make_optimizer(OptimizerConfig())       # or a ConfigDict with the same fields
+    tx, lr_fn = make_optimizer(config.optimizer)        # every field of OptimizerConfig, from configs/
     opt_state = tx.init(params)
     updates, opt_state = tx.update(grads, opt_state, params)
     params = optax.apply_updates(params, updates)
@@ -37,19 +37,18 @@ import optax
 from bert_jax.training.trust_ratio import path_names, scale_by_layerwise_trust_ratio
 
 OPTIMIZERS = ("adamw_bert", "adamw", "lamb")
-SCHEDULES = ("bert", "linear")
+SCHEDULES = ("bert", "linear", "wsd")
 DECAYED_NAMES = ("kernel", "embedding")
 
 
 @dataclasses.dataclass(frozen=True)
 class OptimizerConfig:
-    """The paper's recipe by default (BERT §A.2 and Google's ``optimization.py``): Adam, lr 1e-4,
-    b1 0.9, b2 0.999, eps 1e-6, weight decay 0.01 (not on LayerNorm or biases), global-norm clip
-    1.0, 10k warmup steps then linear decay to 0 at 1M steps.
+    """`make_optimizer`'s settings, every one given: no defaults here. The configs set them all
+    (``config.optimizer``: the paper's recipe in configs/pretrain.py, the fine-tuning one in
+    configs/finetune.py; docs/reference/config.md).
 
-    ``bias_correction=False`` is the original's ``AdamWeightDecayOptimizer``: it has no bias
-    correction, and matching the released recipe is the point of this default; with a warmup it
-    barely matters (docs/records.md works out by how much).
+    ``bias_correction=False`` is Google's ``AdamWeightDecayOptimizer``, which has none (docs/records.md
+    works out by how much it matters with a warmup).
 
     ``warmup_steps``/``num_train_steps`` and the schedule count optimizer steps. Gradient
     accumulation is not the optimizer's business: the training step sums micro-batch gradients in a
@@ -57,23 +56,25 @@ class OptimizerConfig:
     `bert_jax.training.trainer.accumulation_steps`), so one call is one optimizer step.
     """
 
-    optimizer: str = "adamw_bert"
-    learning_rate: float = 1e-4
-    warmup_steps: int = 10_000
-    num_train_steps: int = 1_000_000
-    weight_decay: float = 0.01
-    b1: float = 0.9
-    b2: float = 0.999
-    eps: float = 1e-6
-    clip_norm: float | None = 1.0  # None or 0 turns clipping off
-    bias_correction: bool = False
-    schedule: str = "bert"
+    optimizer: str  # one of OPTIMIZERS
+    learning_rate: float  # the peak
+    warmup_steps: int
+    num_train_steps: int  # where the decay reaches 0
+    weight_decay: float  # only where `decays` (kernels and embeddings)
+    b1: float
+    b2: float
+    eps: float
+    clip_norm: float | None  # global norm; None or 0 turns clipping off
+    bias_correction: bool
+    schedule: str  # one of SCHEDULES
     # The decay's power: 1 is linear (the paper's); 0.5 NVIDIA's LAMB recipe (bert_schedule).
-    decay_power: float = 1.0
+    decay_power: float
+    # "wsd": the last decay_steps of num_train_steps decay (1 - sqrt); the others ignore it (0).
+    decay_steps: int
     # A multiplier on the learning rate of ELECTRA's generator (its encoder ``generator`` and its
     # masked-LM head ``mlm``; the embedding tables are the discriminator's and keep the base rate).
     # 1: the reference's one rate.
-    generator_lr_scale: float = 1.0
+    generator_lr_scale: float
 
     def __post_init__(self):
         def bad(field, expected):
@@ -107,14 +108,20 @@ class OptimizerConfig:
                 bad(f, f"an integer >= {lo}")
         if self.warmup_steps > self.num_train_steps:
             bad("warmup_steps", f"at most num_train_steps={self.num_train_steps}")
+        d = self.decay_steps
+        if isinstance(d, bool) or not isinstance(d, int) or d < 0:
+            bad("decay_steps", "an integer >= 0")
+        if self.schedule == "wsd" and not 0 < d <= self.num_train_steps - self.warmup_steps:
+            bad("decay_steps", f"for schedule 'wsd' an integer in [1, num_train_steps - warmup_steps = "
+                               f"{self.num_train_steps - self.warmup_steps}]")
         if not isinstance(self.bias_correction, bool):
             bad("bias_correction", "a bool")
 
     @classmethod
     def from_config_dict(cls, cfg: Any, *, ignore_unknown: bool = False) -> OptimizerConfig:
-        """From an ``ml_collections.ConfigDict``, a mapping or a dataclass; missing fields take the
-        paper's defaults; unknown keys are an error (a typo would silently train with a default)
-        unless ``ignore_unknown``."""
+        """From an ``ml_collections.ConfigDict``, a mapping or a dataclass with every field; a missing
+        field is an error naming ``config.optimizer.<field>``, and so is an unknown key (a typo) unless
+        ``ignore_unknown``."""
         if isinstance(cfg, cls):
             return cfg
         if hasattr(cfg, "to_dict"):  # ml_collections.ConfigDict / FrozenConfigDict
@@ -129,6 +136,11 @@ class OptimizerConfig:
         unknown = sorted(set(d) - set(names))
         if unknown and not ignore_unknown:
             raise ValueError(f"unknown optimizer config field(s) {unknown}; known fields: {names}")
+        missing = [n for n in names if n not in d]
+        if missing:
+            raise ValueError(f"{', '.join(f'config.optimizer.{n}' for n in missing)}: not set; the optimizer "
+                             f"has no defaults of its own (configs/pretrain.py and configs/finetune.py set "
+                             f"every field)")
         kw = {k: v for k, v in d.items() if k in names}
         for k in ("warmup_steps", "num_train_steps"):  # 1e4 from a CLI
             if isinstance(kw.get(k), float) and float(kw[k]).is_integer():
@@ -191,7 +203,31 @@ def linear_schedule(learning_rate: float, warmup_steps: int, num_train_steps: in
     return schedule
 
 
+def wsd_schedule(learning_rate: float, warmup_steps: int, num_train_steps: int, decay_steps: int
+                 ) -> optax.Schedule:
+    """Warmup-stable-decay (ModernBERT, Warner et al., 2024, §2.2: a trapezoid with the 1 - sqrt
+    decay of Hägele et al., 2024): linear warmup, then the peak held, then over the last
+    ``decay_steps`` (D) of the N steps:
+
+        lr(t) = init_lr * t / warmup_steps                           t < warmup
+        lr(t) = init_lr                                              t < N - D
+        lr(t) = init_lr * (1 - sqrt((t - (N - D)) / D))              otherwise (0 from t = N on)
+
+    The stable phase has no end built in, so a run can be extended (a longer N) before its decay."""
+    init, w, n, d = float(learning_rate), int(warmup_steps), int(num_train_steps), int(decay_steps)
+
+    def schedule(step):
+        t = jnp.asarray(step, jnp.float32)
+        into = jnp.clip((t - (n - d)) / d, 0.0, 1.0)  # the decay's progress, 0 until it starts
+        lr = init * (1.0 - jnp.sqrt(into))
+        return lr if w == 0 else jnp.where(t < w, init * t / w, lr)
+
+    return schedule
+
+
 def make_schedule(cfg: OptimizerConfig) -> optax.Schedule:
+    if cfg.schedule == "wsd":
+        return wsd_schedule(cfg.learning_rate, cfg.warmup_steps, cfg.num_train_steps, cfg.decay_steps)
     fn = bert_schedule if cfg.schedule == "bert" else linear_schedule
     return fn(cfg.learning_rate, cfg.warmup_steps, cfg.num_train_steps, cfg.decay_power)
 

@@ -1,307 +1,267 @@
-"""Pre-training: ``run(config, workdir)`` (``train.py`` with configs/pretrain.py or configs/demo.py).
+"""The trainer: ``run(config, workdir, Task)`` pre-trains or fine-tunes, read top to bottom.
 
-`build_steps` makes the jitted, sharded ``train_step`` (donated state) and ``eval_step`` on a
-('data', 'fsdp', 'tensor') mesh from the config: the same function serves the trainer, the
-benchmark and ahead-of-time compilation, so what they measure is what runs. `run` adds the input
-(each process its own share; prefetched onto the devices in a background thread), resume from the
-newest checkpoint in the workdir (parameters, optimizer state, step and every process's input
-position), held-out evaluation at step 0 and every ``eval_every`` steps, the collapse warning
-(`bert_jax.training.health`: each train window and evaluation against the step-0 evaluation) and
-the shared loop (`bert_jax.training.loop`).
+The job starts: the processes are initialised (`bert_jax.training.distributed`), the config is
+resolved for the platform it runs on, once (`bert_jax.resolve`: no "auto" left), and the task reads
+its inputs (vocabulary, data, ``init_checkpoint``) before anything is written, so bad input leaves
+the workdir as it was. Then the workdir is locked (process 0, `bert_jax.training.workdir_lock`), the
+resolved config goes to ``config.json`` and each of the task's runs (pre-training: one, in the
+workdir; fine-tuning: one a seed) is trained the same way:
+
+1. the jitted steps on the config's mesh (`bert_jax.training.steps.jit_steps`, through the task);
+2. the state: the run's own checkpoint that ``config.restore`` names (exact resume: parameters,
+   optimizer state, step and the input position; a checkpoint of another model is refused in one
+   line naming the changed fields), else the task's start (fresh, ``init_checkpoint``, warm start);
+3. the loop: a step, its metrics averaged over each logging window (progress, TensorBoard events,
+   ``metrics.jsonl``), a NaN/Inf loss stops it without a save after it, the task's evaluation when
+   due, a checkpoint every ``checkpoint_every`` steps and at the end. SIGTERM (preemption) or SIGINT
+   saves the step in progress and returns once that checkpoint is committed (several processes: a
+   step they agree on, `bert_jax.training.preemption`).
+
+A task (`bert_jax.training.pretraining.PreTraining`, `bert_jax.finetuning.task.FineTuning`)
+supplies what differs: the model and its steps, where a run starts, its batches, what a checkpoint
+records beside the state, its evaluation and its results.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import functools
-import json
-from collections.abc import Callable
+import errno
+import logging
+import shutil
 from pathlib import Path
 
 import jax
 import numpy as np
-from jax.sharding import Mesh
 
 from bert_jax.model.config import BertConfig
-from bert_jax.model.execution import resolve_per_device_batch
-from bert_jax.resolve import described_model
-from bert_jax.training import health
+from bert_jax.resolve import resolve
 from bert_jax.training import sharding as sh
-from bert_jax.training import train_step as ts
-from bert_jax.training.checkpoints import Checkpointer
-from bert_jax.training.job import job
-from bert_jax.training.loop import train_loop
-from bert_jax.training.metric_writer import MetricWriter, read_metrics
+from bert_jax.training.checkpoints import Checkpointer, CheckpointRestoreError, as_path
+from bert_jax.training.distributed import initialize
+from bert_jax.training.metric_writer import MetricWriter
+from bert_jax.training.preemption import Preemption
 from bert_jax.training.progress import Progress
-from bert_jax.training.resume import check_workdir_model, gather_data_states, initial_state
-from bert_jax.training.steps import Steps, jit_steps
+from bert_jax.training.workdir_lock import WorkdirLock
+from input_pipeline import hide_accelerators_from_tf
+from input_pipeline.command_line import is_user_error
+
+log = logging.getLogger(__name__)
+
+CONFIG_JSON = "config.json"
 
 
-def model_config(config, vocab_size: int) -> BertConfig:
-    """The model ``config.model`` describes, with the vocabulary's size."""
-    return described_model(config.model, vocab_size=vocab_size)
+# The counts every job needs to be at least (`check_counts`).
+COUNTS = {"batch_size": 1, "seeds": 1, "max_seq_length": 3, "log_every": 1, "checkpoint_every": 1,
+          "keep_checkpoints": 1, "eval_batch_size": 1, "num_train_epochs": 0, "eval_every": 0, "eval_steps": 0,
+          "data.max_seq_length": 5, "data.max_predictions_per_seq": 1}
 
 
-class BlockRows:
-    """Rows ``[i * rows, (i + 1) * rows)`` of every batch of ``source``; its position is the source's."""
-
-    def __init__(self, source, i: int, rows: int):
-        self.source, self.rows = source, slice(i * rows, (i + 1) * rows)
-
-    def state(self) -> dict:
-        return self.source.state()
-
-    def restore(self, state: dict) -> None:
-        self.source.restore(state)
-
-    def __iter__(self):
-        return self
-
-    def __next__(self) -> dict[str, np.ndarray]:
-        return {k: v[self.rows] for k, v in next(self.source).items()}
+class TrainingDivergedError(RuntimeError):
+    """The loss became NaN or Inf; the workdir keeps the last good checkpoint."""
 
 
-def make_input(config, split: str, block: tuple[int, int] = (0, 1)):
-    """An iterator of this process's rows of the global batches, block i of n (`sh.process_block`),
-    with ``state()``/``restore()``. Synthetic and in-memory text input give the same global batches
-    for any n; TFRecord shards are split by file (process i reads files i::n)."""
-    i, n = block
-    if config.batch_size % n:
-        raise ValueError(f"batch_size {config.batch_size} is not divisible by {n} processes")
-    local = config.batch_size // n
-    if config.data.kind == "synthetic":
-        if config.data.pack_examples:
-            raise ValueError("config.data.pack_examples needs data.kind='pretraining' (synthetic batches "
-                             "are not packed; the benchmark packs them with --packing K)")
-        from input_pipeline.pretraining.synthetic import SyntheticBatches
-
-        batches = SyntheticBatches(batch_size=config.batch_size, seq_len=config.data.max_seq_length,
-                                   max_predictions=config.data.max_predictions_per_seq,
-                                   vocab_size=config.model.vocab_size,
-                                   seed=config.seed * 1000 + (7 if split == "eval" else 0))
-        return batches if n == 1 else BlockRows(batches, i, local)
-    if config.data.kind == "pretraining":
-        from input_pipeline.pretraining.dataset import make_pretraining_dataset
-
-        return make_pretraining_dataset(config, split=split, batch_size=local, process_index=i, process_count=n)
-    raise ValueError(f"config.data.kind={config.data.kind!r}: expected 'pretraining' or 'synthetic'")
-
-
-def unpadded(place, config, mesh, rules, accumulation: int = 1):
-    """``place`` that first adds ``token_index`` when ``config.unpad_multiple`` > 0."""
-    multiple = config.unpad_multiple
-    if multiple and jax.process_count() > 1:
-        raise ValueError("config.unpad_multiple needs a single process: every process would have to agree on "
-                         "each batch's number of real tokens while seeing only its own rows (docs/pretraining.md)")
-    if multiple and accumulation > 1:
-        raise ValueError("config.unpad_multiple does not go with micro-batches: set per_device_batch=0")
-    from input_pipeline.unpadding import adding_token_index
-
-    return adding_token_index(place, sh.batch_shards(mesh, rules), multiple) if multiple else place
-
-
-def vocab_size_of(config) -> int:
-    if config.data.kind == "synthetic":
-        return config.model.vocab_size
-    from input_pipeline.package_data import resolve
-    from input_pipeline.tokenizers.factory import load_tokenizer
-
-    if not config.data.get("vocab"):
-        raise ValueError("config.data.vocab is empty: set --config.data.vocab=PATH (a vocab.txt, a SentencePiece "
-                         ".model or a directory holding one)")
-    return load_tokenizer(resolve(config.data.vocab)).vocab_size
-
-
-def electra_settings(config) -> dict | None:
-    """``config.electra`` (generator_fraction, rtd_weight, rtd_prior) for objective "rtd", else None."""
-    if config.objective != "rtd":
-        return None
-    if "electra" not in config:
-        raise ValueError("objective 'rtd' needs config.electra (generator_fraction, rtd_weight): "
-                         "use configs/pretrain.py:model=electra")
-    settings = dict(config.electra)
-    prior = settings.get("rtd_prior", 0.0)  # a hand-written config from before the key: the zero bias
-    if isinstance(prior, bool) or not isinstance(prior, (int, float)) or not 0.0 <= prior < 1.0:
-        raise ValueError(f"config.electra.rtd_prior={prior!r}: expected 0 (the discriminator's output bias "
-                         "starts at 0) or the replaced fraction it starts at, in (0, 1)")
-    return settings
-
-
-def accumulation_steps(config, mesh: Mesh, rules) -> int:
-    """Micro-batches per optimizer step from the one knob, ``config.per_device_batch`` (resolved: a
-    number; `bert_jax.resolve`): N > 0 rows per batch shard (data x fsdp devices) in a micro-batch
-    gives ``batch_size / (N * batch shards)`` of them, so one recipe runs on any slice; 0: one."""
-    value = config.per_device_batch
-    if value == "auto":
-        raise ValueError("per_device_batch='auto' is not resolved: resolve the config first (bert_jax.resolve)")
-    per_device = resolve_per_device_batch(value, "", rows=0)
-    if not per_device:
-        return 1
-    shards = sh.batch_shards(mesh, rules)
-    if config.batch_size % (per_device * shards):
-        raise ValueError(f"batch_size {config.batch_size} is not a multiple of per_device_batch {per_device} x "
-                         f"{shards} batch shards (mesh {dict(mesh.shape)}): choose per_device_batch dividing "
-                         f"{config.batch_size // shards if config.batch_size % shards == 0 else 'batch_size / shards'}")
-    return config.batch_size // (per_device * shards)
-
-
-def build_steps(config, model_cfg: BertConfig, mesh: Mesh) -> Steps:
-    """Pre-training's model, objective and optimizer (``config.optimizer``) through the shared
-    builder (`bert_jax.training.steps.jit_steps`). Gradient accumulation is a ``lax.scan`` inside
-    the step (one call = one optimizer step over `accumulation_steps` micro-batches)."""
-    optimizer = config.optimizer.to_dict()
-    if optimizer.get("generator_lr_scale", 1.0) != 1.0 and config.objective != "rtd":
-        raise ValueError(f"--config.optimizer.generator_lr_scale={optimizer['generator_lr_scale']}: ELECTRA's "
-                         f"generator rate (objective 'rtd'); objective {config.objective!r} has no generator")
-    rules = tuple(tuple(r) for r in config.sharding_rules)
-    accumulation = accumulation_steps(config, mesh, rules)
-    make_model = ts.pretraining_model(model_cfg, config.objective, electra_settings(config))
-    return jit_steps(make_model, optimizer, mesh, rules,
-                     functools.partial(ts.train_step, accumulation_steps=accumulation), ts.eval_step, accumulation)
-
-
-def evaluate(eval_fn, state, data, num_batches: int, mesh, rules,
-             interrupted: Callable[[], bool] = lambda: False) -> dict | None:
-    """Held-out metrics over ``num_batches`` batches; None if ``interrupted()`` turns true on the way."""
-    totals = None
-    for _ in range(num_batches):
-        if interrupted():
-            return None
-        # Summed on the host: a handful of scalars and histograms, and no eager op on arrays sharded
-        # over every device (each would compile a program; one such add aborted a CPU test run).
-        sums = jax.device_get(eval_fn(state.params, sh.global_batch(next(data), mesh, rules)))
-        totals = sums if totals is None else jax.tree.map(np.add, totals, sums)
-    return {k: float(v) for k, v in ts.summarize(totals).items()}
-
-
-def step0_reference(workdir) -> dict | None:
-    """The step-0 evaluation recorded in ``workdir``'s metrics.jsonl (the last, if recorded twice),
-    or None: a resumed run's reference for the collapse warning."""
+def run(config, workdir: str | Path, task_type, preemption: Preemption | None = None) -> dict:
+    """Runs ``task_type(config, is_main)`` in ``workdir``; returns its results (pre-training: the
+    last logged train/eval metrics; fine-tuning: ``results.json``). ``preemption``: the caller's
+    (``train.py`` installs it before anything else), else one for this job."""
+    check_counts(config)
+    if "://" not in str(workdir) and Path(workdir).exists() and not Path(workdir).is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "is a file, expected a directory (the workdir)", str(workdir))
+    own = preemption is None
+    preemption = preemption or Preemption(sigterm=not config.multihost)
+    created = _first_missing(workdir)  # the directory this job creates, if any
     try:
-        rows = [r for r in read_metrics(workdir, "eval") if r["step"] == 0]
-    except (FileNotFoundError, ValueError):
-        return None
-    return rows[-1] if rows else None
+        initialize(config)  # before anything starts JAX's backend
+        preemption.start()
+        workdir = as_path(workdir)
+        is_main = jax.process_index() == 0
+        config = resolved(config)
+        hide_accelerators_from_tf()  # before the task's input imports TensorFlow
+        task = task_type(config, is_main)  # reads the inputs: bad input stops here, nothing written
+        try:
+            for _, run_dir in task.runs(workdir):
+                refuse_another_model(run_dir, config.restore, task.model)
+            with WorkdirLock(workdir) if is_main else contextlib.nullcontext():
+                if is_main:
+                    (workdir / CONFIG_JSON).write_text(config.to_json_best_effort(indent=2) + "\n")
+                results = []
+                for seed, run_dir in task.runs(workdir):
+                    results.append(train(config, task, run_dir, seed, preemption, is_main))
+                    if preemption.arrived():
+                        return results[-1]
+                return task.summarize(results, workdir)
+        finally:
+            task.close()
+    except Exception as e:
+        if created is not None and is_user_error(e) and not _has_checkpoints(created):
+            shutil.rmtree(created, ignore_errors=True)  # bad input found late: no empty workdir left behind
+        raise
+    finally:
+        if own:
+            preemption.close()
 
 
-def eval_source(config) -> str | None:
-    """What the held-out evaluation reads, or None when it is switched off (``eval_every=0`` or
-    ``eval_steps=0``). Evaluation on with no held-out data is an error: a long run would otherwise
-    train blind (docs/data.md builds held-out shards)."""
-    if not (config.eval_every and config.eval_steps):
-        return None
-    d = config.data
-    if d.kind == "synthetic":
-        return "synthetic batches"
-    if d.eval_input:
-        return d.eval_input
-    if d.eval_fraction:
-        from input_pipeline.pretraining.dataset import held_out_every
-
-        return f"every {held_out_every(d.eval_fraction)}th document of {d.input}"
-    raise ValueError("no held-out data: set --config.data.eval_input to held-out shards (docs/data.md), or "
-                     "--config.data.eval_fraction=F to hold out documents of text input, or --config.eval_every=0 "
-                     "to train without evaluation")
-
-
-def _eval_input(config, block: tuple[int, int]):
-    return None if eval_source(config) is None else make_input(config, "eval", block)
-
-
-def run(config, workdir: str | Path, preemption=None) -> dict:
-    """Pre-trains per ``config`` in ``workdir``; returns the last logged train/eval metrics."""
-    with job(config, workdir, preemption, check=check_workdir_model) as j:
-        return _run(config, j)
-
-
-def _run(config, j) -> dict:
-    config, workdir, is_main, preemption = j.config, j.workdir, j.is_main, j.preemption
-    model_cfg = model_config(config, vocab_size_of(config))
-    if config.data.max_seq_length > model_cfg.max_length:
-        raise ValueError(f"--config.data.max_seq_length={config.data.max_seq_length}: expected at most "
-                         f"{model_cfg.max_length} (the model's max_position_embeddings)")
-    steps = build_steps(config, model_cfg, sh.make_mesh(tuple(config.mesh_shape)))
-    mesh, rules = steps.mesh, steps.rules
-    block = sh.process_block(mesh, rules, config.batch_size)
-    data = make_input(config, "train", block)
-    eval_data = _eval_input(config, block)
-    # Every evaluation reads the same held-out batches (the same dynamic masks too): a step's
-    # numbers then depend on its parameters alone, not on how many evaluations came before it (the
-    # cadence, a resume), and the collapse warning compares like with like against step 0.
-    eval_start = eval_data.state() if eval_data is not None else None
+def train(config, task, workdir, seed: int, preemption: Preemption, is_main: bool) -> dict:
+    """One run of ``task`` in ``workdir`` (see the module docstring); returns the task's results."""
+    steps = task.build_steps(seed)
+    total = task.total_steps()
     ckpt = Checkpointer(workdir, keep=config.keep_checkpoints)
     writer = MetricWriter(workdir, enabled=is_main)
-    place = unpadded(functools.partial(sh.global_batch, mesh=mesh, rules=rules), config, mesh, rules,
-                     steps.accumulation_steps)
-    prefetch = config.prefetch_batches
-    batches = None
-    last = {}
+    progress = None
     try:
-        state = initial_state(config, steps, ckpt, data, block, model=model_cfg)
-        if prefetch:  # read, pack and place the next batches while the step runs
-            from bert_jax.training.prefetch import DevicePrefetch
+        restored = restore(ckpt, steps.layout, config.restore, task.model)
+        state, meta = restored if restored is not None else (task.initial_state(steps.layout, seed), None)
+        step = start = int(state.step)
+        batches = task.inputs(steps, seed, start, meta, workdir)
+        progress = Progress(start, total, config.batch_size, enabled=is_main and task.show_progress)
+        prefix = f"{task.name}: " if task.name else ""
+        if start == 0 and task.evaluation_due(0, total):
+            task.evaluate(steps, state, 0, writer, preemption.arrived)
+        if preemption.arrived() and not preemption.shared:
+            newest = ckpt.latest_step()
+            log.warning("%s%s received before the first step: nothing new to save (newest checkpoint: %s); "
+                        "exiting", prefix, preemption.signal_name, "none" if newest is None else f"step {newest}")
+            return {"interrupted_at_step": step}
+        rng = jax.random.key(seed, impl=config.rng_impl)
+        pending, first, last, stop = [], None, {}, False
 
-            batches = DevicePrefetch(data, place, prefetch)
-        total = config.num_train_steps
+        def log_window() -> dict:
+            """The window's mean metrics, written and shown; a NaN/Inf loss stops the run."""
+            summary = {k: float(np.mean([m[k] for m in jax.device_get(pending)])) for k in pending[0]}
+            pending.clear()
+            if not np.isfinite(summary["loss"]):
+                good = ckpt.latest_step()
+                raise TrainingDivergedError(
+                    f"{prefix}loss is {summary['loss']} at step {step}; stopping. The last good checkpoint "
+                    f"is {'step ' + str(good) if good is not None else 'none'} in {ckpt.directory}")
+            summary.update(progress.report(step, summary))
+            writer.write(step, summary, "train")
+            task.logged(step, summary, first)
+            return summary
 
-        def meta(step: int) -> dict:
-            states = gather_data_states((batches if prefetch else data).state(), block[0])
-            return {"data": states[0], "data_per_process": states, "step": step, "model": dataclasses.asdict(model_cfg)}
-
-        monitor = health.HealthMonitor(warmup_steps=config.optimizer.warmup_steps, enabled=is_main,
-                                       advice=health.advice(config.optimizer), total_steps=config.num_train_steps)
-
-        def evaluate_and_log(state, step: int) -> bool:
-            if eval_data.state() != eval_start:
-                eval_data.restore(eval_start)
-            result = evaluate(steps.eval_fn, state, eval_data, config.eval_steps, mesh, rules, preemption.arrived)
-            if result is None:  # interrupted by a signal: the loop saves this step and stops
-                return False
-            last["eval"] = result
-            writer.write(step, last["eval"], "eval")
-            if is_main:
-                print(f"eval at step {step}: " + json.dumps({k: round(v, 4) for k, v in last["eval"].items()}),
-                      flush=True)
-            monitor.check(step, result, "eval")
-            return True
-
-        def after_step(state, step: int) -> None:
-            if eval_data is not None and (step % config.eval_every == 0 or step == total):
-                evaluate_and_log(state, step)
-
-        # The collapse warning's reference: the step-0 evaluation (recorded like any other, so a
-        # resumed run reads it back), or without held-out data the first training step's metrics
-        # (the initial parameters on a training batch).
-        if int(state.step) == 0 and eval_data is not None:
-            if evaluate_and_log(state, 0):
-                monitor.reference = last["eval"]
-        elif is_main and int(state.step) > 0:
-            monitor.reference = step0_reference(workdir)
-        first = []  # the first step's metrics, while there is no reference
-
-        def first_step_kept(state, batch, rng):
-            state, metrics = steps.train_fn(state, batch, rng)
-            if not first:
-                first.append(metrics)
-            return state, metrics
-
-        def on_log(step: int, summary: dict) -> None:
-            if monitor.enabled and monitor.reference is None and first:
-                monitor.reference = {k: float(v) for k, v in jax.device_get(first[0]).items()}
-            monitor.check(step, summary, "train")
-
-        keep_first = int(state.step) == 0 and monitor.reference is None
-        result = train_loop(
-            state, first_step_kept if keep_first else steps.train_fn, batches if prefetch else map(place, data),
-            jax.random.key(config.seed, impl=config.rng_impl), total=total, ckpt=ckpt,
-            writer=writer, progress=Progress(int(state.step), total, config.batch_size, enabled=is_main),
-            log_every=config.log_every, checkpoint_every=config.checkpoint_every, meta=meta, after_step=after_step,
-            preemption=preemption, on_log=on_log)
-        if result.train:
-            last["train"] = result.train
+        ckpt.warm_up(state)
+        while step < total:
+            state, metrics = steps.train_fn(state, next(batches), rng)
+            step += 1
+            first = metrics if step == 1 else first  # a fresh run's first step (the collapse warning's)
+            pending.append(metrics)
+            progress.update(step)
+            stop = preemption.due(step)
+            if step % config.log_every == 0 or step % config.checkpoint_every == 0 or step == total or stop:
+                last = log_window()
+            if not stop and task.evaluation_due(step, total):
+                task.evaluate(steps, state, step, writer, preemption.arrived)
+                if preemption.arrived() and not preemption.shared:  # during the evaluation: save this step
+                    stop = True
+                    last = log_window() if pending else last
+            if step % config.checkpoint_every == 0 or step == total or stop:
+                ckpt.save(step, state, task.meta(step))
+            if stop:
+                break
+        if preemption.arrived():  # during the run, or after its last step: a re-run goes on from here
+            ckpt.wait()
+            ckpt.check_committed(step)  # on disk (or in the bucket) before we say so
+            log.warning("%s%s received: saved a checkpoint at step %d; exiting", prefix, preemption.signal_name, step)
+            return {"interrupted_at_step": step}
+        return task.finish(steps, state, step, last, writer, workdir)
     finally:
-        if batches is not None:
-            batches.close()
+        if progress is not None:
+            progress.close()
         ckpt.close()
         writer.close()
-    return {k: last[k] for k in ("train", "eval") if k in last}
+
+
+def resolved(config, mesh=None):
+    """``config`` resolved for the platform JAX runs on (`bert_jax.resolve.resolve`), an "auto"
+    ``per_device_batch`` for the batch shards of ``mesh`` (default: the config's own mesh)."""
+    shards = None
+    if "per_device_batch" in config and config.per_device_batch == "auto":
+        mesh = sh.make_mesh(tuple(config.mesh_shape)) if mesh is None else mesh
+        shards = sh.batch_shards(mesh, tuple(tuple(r) for r in config.sharding_rules))
+    return resolve(config, jax.default_backend(), batch_shards=shards)
+
+
+# BertConfig fields a resumed run may change: how the model runs, and the training-time dropout and init.
+NOT_THE_MODEL = ("dtype", "scan_layers", "attention_impl", "dropout_impl", "remat_policy", "hidden_dropout_prob",
+                 "attention_dropout_prob", "initializer_range")
+
+
+def model_changes(saved: dict | None, model: BertConfig) -> list[str]:
+    """``model.<field> old → new`` for each field of ``model`` that differs from ``saved``, a
+    checkpoint's record of its model (meta's ``model``; none in older checkpoints: no changes),
+    the fields of `NOT_THE_MODEL` left out."""
+    new = dataclasses.asdict(model)
+    return [f"model.{k} {saved[k]} → {new[k]}" for k in new
+            if saved and k in saved and k not in NOT_THE_MODEL and saved[k] != new[k]]
+
+
+def _another_model(ckpt: Checkpointer, step: int, model: BertConfig) -> CheckpointRestoreError | None:
+    """The error for checkpoint ``step`` when it records another model than ``model``, else None."""
+    try:
+        saved = ckpt.read_meta(step).get("model")
+    except Exception:  # noqa: BLE001  (meta that cannot be read: the restore says why)
+        return None
+    changes = model_changes(saved, model)
+    if not changes:
+        return None
+    return CheckpointRestoreError(f"{ckpt.directory.parent} holds a checkpoint of another model: {', '.join(changes)}; "
+                                  f"use another --workdir to start fresh (or restore the old values)")
+
+
+def refuse_another_model(workdir, restore: str, model: BertConfig) -> None:
+    """Before a job writes anything: the workdir's checkpoint that ``restore`` names, if another
+    model saved it, is a `CheckpointRestoreError` naming the changed fields."""
+    if not (as_path(workdir) / "checkpoints").is_dir():  # a new workdir (Orbax would create the directory)
+        return
+    ckpt = Checkpointer(workdir)
+    try:
+        step = ckpt.restore_step(restore)
+        error = _another_model(ckpt, step, model) if step is not None else None
+    finally:
+        ckpt.close()
+    if error is not None:
+        raise error
+
+
+def restore(ckpt: Checkpointer, layout, choice: str = "latest", model: BertConfig | None = None) -> tuple | None:
+    """(state, meta) of the run's own checkpoint that ``choice`` names ("latest", "previous" or a
+    step; docs/robustness.md), the checkpoints after it set aside, or None when there is none.
+    ``model``: a checkpoint of another model is refused before the state is read."""
+    step = ckpt.restore_step(choice)
+    if step is None:
+        return None
+    error = _another_model(ckpt, step, model) if model is not None else None
+    if error is not None:
+        raise error
+    state, meta = ckpt.restore(layout.target(), step)
+    ckpt.set_aside_after(step)
+    log.info("resumed from %s at step %d", ckpt.directory, int(state.step))
+    return state, meta
+
+
+def _first_missing(workdir) -> Path | None:
+    """The top directory that creating local ``workdir`` makes (None: it exists, or is remote)."""
+    if "://" in str(workdir) or Path(workdir).exists():
+        return None
+    path = Path(workdir)
+    while not path.parent.exists():
+        path = path.parent
+    return path
+
+
+def _has_checkpoints(path: Path) -> bool:
+    return any(p.name.isdigit() for pattern in ("**/checkpoints/*",) for p in path.glob(pattern))
+
+
+def check_counts(config) -> None:
+    """The counts every job needs to be positive (`COUNTS`), as a one-line ``ValueError`` naming the key."""
+    counts = {**COUNTS, "num_train_steps": 0 if "task" in config else 1}
+    for key, low in counts.items():
+        section, _, name = key.rpartition(".")
+        holder = config[section] if section in config else config if not section else {}
+        value = holder[name] if name in holder else low
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < low:
+            raise ValueError(f"--config.{key}={value!r}: expected a number >= {low}")
+    if "task" in config and not (config.num_train_steps or config.num_train_epochs):
+        raise ValueError("--config.num_train_steps=0 and --config.num_train_epochs=0: expected one of them > 0")

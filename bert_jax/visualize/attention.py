@@ -42,7 +42,7 @@ def load(init: str, vocab: str | None = None):
     from bert_jax.finetuning.warm_start import open_init_checkpoint
     from bert_jax.model.encoder import BertEncoder
     from bert_jax.model.models import create
-    from input_pipeline.package_data import resolve
+    from input_pipeline.package_data import locate
     from input_pipeline.tokenizers.factory import load_tokenizer
 
     warm = open_init_checkpoint(init)
@@ -50,7 +50,7 @@ def load(init: str, vocab: str | None = None):
     if vocab is None:
         raise ValueError(f"{init}: no vocabulary beside the checkpoint (vocab.txt, vocab.json + merges.txt or "
                          f"spiece.model) and none in its workdir config; pass --vocab")
-    tokenizer = load_tokenizer(resolve(str(vocab)))
+    tokenizer = load_tokenizer(locate(str(vocab)))
     if tokenizer.vocab_size != warm.config.vocab_size:
         raise ValueError(f"{vocab} has {tokenizer.vocab_size} tokens but the checkpoint {init} has "
                          f"vocab_size {warm.config.vocab_size}")
@@ -65,15 +65,15 @@ def _finetuning_vocab(init: str) -> str | None:
     from pathlib import Path
 
     from bert_jax.finetuning.warm_start import open_init_checkpoint
-    from input_pipeline.package_data import resolve
+    from input_pipeline.package_data import locate
 
-    path = Path(resolve(init.removeprefix("orbax:")))
+    path = Path(locate(init.removeprefix("orbax:")))
     for directory in (path, path.parent, path.parent.parent):  # the workdir, checkpoints/, a step
         if (directory / "config.json").is_file() and (directory / "checkpoints").is_dir():
             config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
-            if config.get("vocab"):
+            if "vocab" in config and config["vocab"]:  # a fine-tuning workdir's (pre-training has data.vocab)
                 return config["vocab"]
-            if config.get("init_checkpoint"):
+            if config["init_checkpoint"]:  # both kinds of workdir have it
                 return open_init_checkpoint(config["init_checkpoint"]).vocab_file
     return None
 

@@ -29,7 +29,7 @@ import numpy as np
 import tensorflow as tf
 
 from input_pipeline.corpora import sources
-from input_pipeline.package_data import resolve
+from input_pipeline.package_data import locate
 from input_pipeline.pretraining import featurize, masking
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ def check_shards(spec: str, d) -> list[str] | None:
 
 def _record_files(spec: str) -> list[str] | None:
     """The shard files if ``spec`` names TFRecords (or a create_pretraining_data directory)."""
-    spec = resolve(spec)
+    spec = locate(spec)
     if tf.io.gfile.isdir(spec) and tf.io.gfile.exists(spec.rstrip("/") + "/summary.json"):
         spec = spec.rstrip("/") + "/*.tfrecord*"
     elif tf.io.gfile.isdir(spec) and tf.io.gfile.glob(spec.rstrip("/") + "/pretrain-*.tfrecord*"):
@@ -181,7 +181,7 @@ class PretrainingData:
 def _in_memory_examples(spec: str, tokenizer, d, split: str, objective: str) -> dict[str, np.ndarray]:
     """Text / Wikipedia / TFDS → example arrays (eval: every n-th document, n = 1/eval_fraction)."""
     report = sources.SourceReport()
-    docs = list(sources.read_documents(resolve(spec), format=d.format, report=report))
+    docs = list(sources.read_documents(locate(spec), format=d.format, report=report))
     log.info("read %s: %s", spec, report.summary())
     if d.eval_fraction and not d.eval_input:
         every = held_out_every(d.eval_fraction)
@@ -204,10 +204,10 @@ def make_pretraining_dataset(config, *, split: str = "train", batch_size: int, p
         raise ValueError("config.data.input is empty: set --config.data.input=... (see docs/data.md)")
     if split == "eval" and not d.eval_input and not d.eval_fraction:
         raise ValueError("evaluation needs config.data.eval_input or data.eval_fraction > 0 (or eval_every=0)")
-    ngram = d.get("ngram_mask", 0)
+    ngram = d.ngram_mask
     if isinstance(ngram, bool) or not isinstance(ngram, int) or ngram < 0:
         raise ValueError(f"config.data.ngram_mask={ngram!r}: expected an int >= 0 (0: off; ALBERT used 3)")
-    tokenizer = load_tokenizer(resolve(d.vocab))
+    tokenizer = load_tokenizer(locate(d.vocab))
     mask_cfg = None
     if d.masking == "dynamic":
         mask_cfg = featurize.masking_config(tokenizer, masked_lm_prob=d.masked_lm_prob,
@@ -256,7 +256,7 @@ def make_pretraining_dataset(config, *, split: str = "train", batch_size: int, p
     data = PretrainingData(make_epoch, batch_size=batch_size, mask_cfg=mask_cfg, parse=parse,
                            continuation=tokenizer.is_continuation, seed=seed, shuffle_buffer=d.shuffle_buffer,
                            block=(0, 1) if files is not None else (process_index, process_count))
-    if d.get("pack_examples", 0):  # K examples per row at most: rows of examples, not padding
+    if d.pack_examples:  # K examples per row at most: rows of examples, not padding
         from input_pipeline.pretraining.packing import PackedPretrainingData
 
         return PackedPretrainingData(data, batch_size, max_examples=d.pack_examples)

@@ -2,8 +2,9 @@
 
 A task turns files (or a TFDS dataset) into *examples* (Python objects, kept for post-processing)
 and fixed-length *features* (numpy arrays, one row per model input; a SQuAD example can give several
-rows, one per window). The loop (`bert_jax.finetuning.trainer`) trains on the features, runs the model over a
-split and hands the raw outputs back to the task, which turns them into metrics and prediction files.
+rows, one per window). The trainer (`bert_jax.training.trainer` with `bert_jax.finetuning.task`)
+trains on the features, runs the model over a split and hands the raw outputs back to the task,
+which turns them into metrics and prediction files.
 
 Feature arrays, all with N rows:
 

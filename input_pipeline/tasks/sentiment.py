@@ -105,9 +105,9 @@ class SentimentTask:
     def _resolve(self) -> None:
         if self._files is not None or self._single is not None:
             return
-        from input_pipeline.package_data import resolve
+        from input_pipeline.package_data import locate
 
-        path = resolve(self.source)
+        path = locate(self.source)
         if tf.io.gfile.isdir(path):
             files = {s: os.path.join(path, f"{s}.tsv") for s in ("train", "dev", "test")}
             missing = [f for s, f in files.items() if s != "test" and not tf.io.gfile.exists(f)]

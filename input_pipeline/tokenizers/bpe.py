@@ -175,12 +175,14 @@ class RobertaBPETokenizer:
         return flags_of(self._continuation, ids)
 
     def encode(self, text: str, text_b: str | None = None) -> tuple[list[int], list[int]]:
-        """Eager: ``<s> a </s>`` (``</s> b </s>``) ids and segment ids (all 0); no truncation."""
+        """Eager: ``<s> a </s>`` (``</s> b </s>``) ids and segment ids (all 0); no truncation. In
+        general ``cls a sep`` (``sep×(pair_separators - 1) b sep``, b and its sep in ``segment_b``)."""
         rows = self.encode_python([text] if text_b is None else [text, text_b])
-        ids = [self.cls_id, *rows[0], self.sep_id]
-        if text_b is not None:
-            ids += [self.sep_id, *rows[1], self.sep_id]
-        return ids, [0] * len(ids)
+        ids = [self.cls_id, *rows[0], self.sep_id, *[self.sep_id] * (self.pair_separators - 1)]
+        segments = [0] * len(ids)
+        if text_b is None:
+            return ids[:len(rows[0]) + 2], segments[:len(rows[0]) + 2]
+        return ids + [*rows[1], self.sep_id], segments + [self.segment_b] * (len(rows[1]) + 1)
 
     def id_to_token(self, ids) -> list[str]:
         """Byte-level pieces for ids (int, list, numpy array, tf tensor or ragged tensor), flattened."""

@@ -5,9 +5,12 @@
 * ``vocab.json`` or ``merges.txt`` → `RobertaBPETokenizer` (RoBERTa's byte-level BPE: the
   ``vocab.json`` and ``merges.txt`` side by side);
 * ``*.txt`` (``vocab.txt``) → `WordPieceTokenizer`;
+* ``tokenizer.json`` → `TokenizerJson` (a Hugging Face byte-level BPE such as ModernBERT's);
 * a directory → its ``spm.model`` (or its only ``*.model``) if it has one, else its ``vocab.json`` +
-  ``merges.txt`` or its ``vocab.txt`` (both kinds in one directory is an error: name the file).
-  build_vocab writes both a model and a vocab.txt for SentencePiece vocabularies, so the model wins.
+  ``merges.txt`` or its ``vocab.txt`` (both kinds in one directory is an error: name the file), else
+  its ``tokenizer.json`` (Hugging Face directories of the older families carry one beside their
+  vocabulary files, which win). build_vocab writes both a model and a vocab.txt for SentencePiece
+  vocabularies, so the model wins.
 """
 
 from __future__ import annotations
@@ -18,23 +21,25 @@ from pathlib import Path
 from input_pipeline.files import is_url
 from input_pipeline.tokenizers.bpe import MERGES_TXT, VOCAB_JSON, RobertaBPETokenizer
 from input_pipeline.tokenizers.sentencepiece_model import SentencePieceTokenizer
+from input_pipeline.tokenizers.tokenizer_json import TOKENIZER_JSON, TokenizerJson
 from input_pipeline.tokenizers.vocab import VocabError
 from input_pipeline.tokenizers.wordpiece import WordPieceTokenizer
 
-Tokenizer = WordPieceTokenizer | SentencePieceTokenizer | RobertaBPETokenizer
+Tokenizer = WordPieceTokenizer | SentencePieceTokenizer | RobertaBPETokenizer  # TokenizerJson is a RobertaBPETokenizer
 SPM_MODEL = "spm.model"
 VOCAB_TXT = "vocab.txt"
 
 
 def load_tokenizer(path_or_dir: str | os.PathLike) -> Tokenizer:
     """A `WordPieceTokenizer` for a vocab.txt, a `SentencePieceTokenizer` for a .model file, a
-    `RobertaBPETokenizer` for a vocab.json (merges.txt beside it), or for a directory holding one of
-    them; `VocabError` naming the path otherwise. A URL (``gs://``) must name a WordPiece ``*.txt``;
-    a package's data by name (``pkg:minilm/vocab.txt``, `input_pipeline.package_data.resolve`) is resolved."""
+    `RobertaBPETokenizer` for a vocab.json (merges.txt beside it), a `TokenizerJson` for a
+    tokenizer.json, or for a directory holding one of them; `VocabError` naming the path otherwise.
+    A URL (``gs://``) must name a WordPiece ``*.txt``; a package's data by name
+    (``pkg:minilm/vocab.txt``, `input_pipeline.package_data.locate`) is located."""
     if os.fspath(path_or_dir).startswith("pkg:"):
-        from input_pipeline.package_data import resolve
+        from input_pipeline.package_data import locate
 
-        path_or_dir = resolve(os.fspath(path_or_dir))
+        path_or_dir = locate(os.fspath(path_or_dir))
     if is_url(path_or_dir):
         url = os.fspath(path_or_dir)
         if not url.endswith(".txt"):
@@ -60,9 +65,12 @@ def load_tokenizer(path_or_dir: str | os.PathLike) -> Tokenizer:
             return RobertaBPETokenizer(path / VOCAB_JSON)
         if wordpiece:
             return WordPieceTokenizer(path / VOCAB_TXT)
+        if (path / TOKENIZER_JSON).is_file():
+            return TokenizerJson(path / TOKENIZER_JSON)
         hint = f" ({MERGES_TXT} without a {VOCAB_JSON})" if (path / MERGES_TXT).is_file() else ""
         raise VocabError(f"{path}: no tokenizer here{hint} (expected {VOCAB_TXT} for WordPiece, "
-                         f"{VOCAB_JSON} + {MERGES_TXT} for byte-level BPE or a SentencePiece *.model)")
+                         f"{VOCAB_JSON} + {MERGES_TXT} for byte-level BPE, a SentencePiece *.model or a "
+                         f"{TOKENIZER_JSON})")
     if not path.is_file():
         raise VocabError(f"{path}: no such file or directory (expected a {VOCAB_TXT}, a {VOCAB_JSON}, a "
                          f"SentencePiece .model, or a directory holding one)")
@@ -72,6 +80,8 @@ def load_tokenizer(path_or_dir: str | os.PathLike) -> Tokenizer:
         return RobertaBPETokenizer(path)
     if path.name == MERGES_TXT:
         return RobertaBPETokenizer(path.with_name(VOCAB_JSON), path)
+    if path.name == TOKENIZER_JSON:
+        return TokenizerJson(path)
     if path.suffix == ".txt":
         return WordPieceTokenizer(path)
     raise VocabError(f"{path}: unknown kind of vocabulary file (expected a WordPiece *.txt such as "

@@ -1,17 +1,25 @@
-"""Ahead-of-time compilation for TPU topologies (bert_jax/benchmark/aot.py). The compile tests need
-libtpu (`pip install -e '.[tpu]'`) and are skipped without it; the argument checks run everywhere."""
+"""Ahead-of-time compilation for TPU topologies (bert_jax/benchmark/aot.py): topologies, configs,
+arguments, the estimate's arithmetic on stubbed compiles, and what the attention and layer parts
+compute, everywhere; the compiles themselves need libtpu (`pip install -e '.[tpu]'`) and are skipped
+without it. The tool's one-line errors are also in tests/fixtures/bad_inputs.py."""
 
+import functools
 import importlib.util
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 from bert_jax.benchmark import aot
-from bert_jax.finetuning.trainer import train_batch
+from bert_jax.finetuning.task import train_batch
+from bert_jax.model.config import BertConfig
+from bert_jax.model.layers import TransformerBlock
 from input_pipeline.tasks.base import feature_shapes
 
-HAS_LIBTPU = importlib.util.find_spec("libtpu") is not None
-needs_libtpu = pytest.mark.skipif(not HAS_LIBTPU, reason="needs libtpu: pip install -e '.[tpu]'")
+needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
+                                  reason="needs libtpu: pip install -e '.[tpu]'")
 
 
 @pytest.mark.parametrize("spec, name, chips", [
@@ -28,28 +36,62 @@ def test_accelerator_types_name_their_topology(spec, name, chips):
 @pytest.mark.parametrize("spec, match", [
     ("v2-8", r"generation one of v3, v4, v5e, v5p, v6e"), ("v5e", "expected <generation>-<size>"),
     ("v4-6", "not a power of two"), ("v4-7", "multiple of 2"), ("v5e:4x4x4", "2 dimensions"),
+    ("v5e:4xa", "2 dimensions"),
 ])
 def test_bad_topologies_are_named(spec, match):
     with pytest.raises(ValueError, match=match):
         aot.topology_name(spec)
 
 
-def test_config_overrides(tmp_path):
+def test_config_overrides_and_auto_means_the_tpus(tmp_path):
+    """Overrides are Python literals on existing keys; compiled on a CPU host for a TPU, the configs'
+    "auto" settings are the TPU's (bfloat16, scanned layers, jax.random's dropout); explicit ones stay."""
     c = aot.load_config("configs/pretrain.py:size=tiny,phase=2", ["--config.batch_size=64",
-                                                                   "--config.mesh_shape=(1,-1,1)",
-                                                                   "--config.model.dtype=bfloat16"])
-    assert (c.batch_size, tuple(c.mesh_shape), c.model.dtype) == (64, (1, -1, 1), "bfloat16")
-    assert c.data.max_seq_length == 512
+                                                                   "--config.mesh_shape=(1,-1,1)"])
+    assert (c.batch_size, tuple(c.mesh_shape), c.data.max_seq_length) == (64, (1, -1, 1), 512)
+    assert (c.model.dtype, c.model.scan_layers, c.model.dropout_impl) == ("bfloat16", "true", "jax")
+    c = aot.load_config("configs/pretrain.py:size=tiny", ["--config.model.scan_layers=false",
+                                                          "--config.model.dtype=float32"])
+    assert (c.model.scan_layers, c.model.dtype) == ("false", "float32")
     with pytest.raises(ValueError, match=r"--config.model.dtyp: the config has no key 'dtyp'"):
         aot.load_config("configs/pretrain.py:size=tiny", ["--config.model.dtyp=bfloat16"])
+    with pytest.raises(ValueError, match=r"--config.batch_size.x: the config has no key 'x'"):
+        aot.load_config("configs/pretrain.py:size=tiny", ["--config.batch_size.x=1"])
     with pytest.raises(FileNotFoundError, match="no such config file"):
         aot.load_config(str(tmp_path / "nope.py"), [])
 
 
-def test_no_libtpu_is_one_line_with_the_install_command(monkeypatch, capsys):
+def test_no_libtpu_is_one_line_with_the_install_command(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "libtpu" else object())
     with pytest.raises(aot.cli.UserError, match=r"pip install -e '.\[tpu\]'"):
         aot.tpu_devices("v5e-4")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--topology", "v5e-8"], "invalid choice: 'v5e-8'"),
+    (["compile", "--topology", "v5e-8"], "required: --config"),
+    (["estimate", "--config", "configs/pretrain.py", "--topology", "v4-8", "--steps", "-1"], "--steps -1"),
+    (["compile", "--config", "configs/pretrain.py", "--topology", "v4-8", "--rows", "4"], "unrecognized"),
+    (["attention", "--topology", "v4-8", "--config.batch_size=8"], "unrecognized"),
+    (["attention", "--topology", "v4-8", "--attention_dropout", "1"], "expected a rate in [0, 1)"),
+    (["layer", "--topology", "v4-8", "--parts", "ffn,mlp"], "--parts: unknown mlp"),
+    (["layer", "--topology", "v4-8", "--size", "huge"], "--size 'huge'"),
+])
+def test_bad_arguments_are_one_line(argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        aot.parse_args(argv)
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and message in err and len(err.splitlines()) == 1, err
+
+
+def test_subcommands_parse(capsys):
+    args, rest = aot.parse_args(["estimate", "--config", "configs/pretrain.py", "--topology", "v4-8",
+                                 "--config.model.dtype=bfloat16", "--no_memory", "--steps", "10"])
+    assert (args.command, args.steps, args.no_memory, rest) == ("estimate", 10, True, ["--config.model.dtype=bfloat16"])
+    args, _ = aot.parse_args(["layer", "--topology", "v5p-8", "--rows", "8"])
+    assert (args.chosen, args.size, args.rows) == (list(aot.PARTS), "large", 8)
+    args, _ = aot.parse_args(["attention", "--topology", "v5p-8", "--variants", "xla_no_dropout"])
+    assert (args.chosen, args.attention_dropout) == (["xla_no_dropout"], 0.1)
 
 
 @pytest.mark.parametrize("kind, labels", [("classification", ("label",)), ("regression", ("label",)),
@@ -66,18 +108,161 @@ def test_feature_shapes_are_what_the_fine_tuning_step_gets(kind, labels):
         assert batch[k].shape == (4, *s[1:]) and batch[k].dtype == d, k
 
 
+def test_roofline_takes_the_slower_of_compute_and_memory_per_device():
+    v5e, v3 = aot.CHIPS["v5e"], aot.CHIPS["v3"]
+    cost = {"flops": 197e12, "bytes": 819e9 / 4}
+    compute = aot.roofline(cost, v5e)
+    assert compute["step_s"] == pytest.approx(1.0) and compute["bound"] == "compute"
+    assert compute["memory_s"] == pytest.approx(0.25) and "roofline" in compute["source"]
+    memory = aot.roofline({"flops": 1e12, "bytes": 819e9 * 2}, v5e)
+    assert memory["step_s"] == pytest.approx(2.0) and memory["bound"] == "memory"
+    # A v3 device is one of the chip's two TensorCores: half the chip's peak and bandwidth.
+    assert aot.roofline({"flops": 123e12 / 2, "bytes": 0.0}, v3)["step_s"] == pytest.approx(1.0)
+    # The compiler's own figure wins when it gives one no faster than the FLOPs at peak.
+    assert aot.roofline(cost, v5e, 1.5)["step_s"] == 1.5 and "compiler" in aot.roofline(cost, v5e, 1.5)["source"]
+    assert aot.roofline(cost, v5e, 0.5)["step_s"] == pytest.approx(1.0)
+
+
+def test_v3_chips_are_two_devices():
+    chip, name, chips = aot.topology_name("v3-2048")
+    assert (name, chips, chip.devices_per_chip) == ("v3:32x32", 1024, 2)
+    r = aot.report({"memory": {"total": 15 * 2**30}, "model_flops_per_step": 123e12, "batch_size": 8}, chip, 2048)
+    assert r["fits"] and r["chips"] == 1024 and r["hbm_bytes"] == 16 * 2**30
+    assert r["step_s_at_100_mfu"] == pytest.approx(1 / 1024) and r["sequences_per_s_at_50_mfu"] == pytest.approx(4096)
+
+
+def test_compiler_seconds_add_back_one_second_per_concat_bitcast():
+    """libtpu 0.0.42.1's optimal_seconds charges -1 s per ConcatBitcast custom call."""
+    call = '%c = bf16[8]{0} custom-call(bf16[8]{0} %a), custom_call_target="ConcatBitcast"\n'
+    assert aot.compiler_seconds(-2.99, "ENTRY main {\n" + 3 * call + "}") == pytest.approx(0.01)
+    assert aot.compiler_seconds(0.25, 'custom_call_target="AllocateBuffer"') == 0.25
+
+
+MEMORY = {"arguments": 2**29, "outputs": 2**29, "aliased": 2**29, "temporaries": 2**29, "generated_code": 0,
+          "total": 2**30}
+
+
+def _fake_compiles(monkeypatch, fits=True, compiler_seconds=None):
+    """compile_step stand-in: (5 + 3 per layer) FLOPs a row, 100 bytes a layer (+ 7 and 11 for the
+    optimizer update, also its cost alone); memory that fits or not; the compiler's own estimate
+    ``compiler_seconds(layers)``."""
+    calls = []
+
+    def compile_step(config, devices, batch_size, compile=True):
+        layers = config.model.get("num_layers")
+        calls.append((layers, config.model.scan_layers, batch_size, compile))
+        seconds = compiler_seconds and compiler_seconds(layers or 24)
+        cost = {"flops": (5.0 + 3.0 * (layers or 0)) * batch_size + 7.0, "bytes": 100.0 * (layers or 0) + 11,
+                "compiler_seconds": seconds}
+        k = 1 if config.per_device_batch == 0 else config.batch_size // (4 * config.per_device_batch)
+        return {"batch_size": batch_size, "length": 128, "compile_s": 1.0, "mesh": {"data": 4}, "layers": 24,
+                "model_flops_per_step": 1e12, "accumulation_steps": k, "model": {"size": "large", "dtype": "bfloat16",
+                                                                                  "remat": "none"},
+                "memory": MEMORY if fits and compile else None, "cost": cost,
+                "error": None if compile else "not compiled (--no_memory)"}
+
+    monkeypatch.setattr(aot, "compile_step", compile_step)
+    monkeypatch.setattr(aot, "update_cost", lambda config, devices: {"flops": 7.0, "bytes": 11.0})
+    return calls
+
+
+def test_estimate_compiles_one_and_two_layers_at_the_micro_batch(monkeypatch):
+    """A scanned stack and the micro-batch scan count once in the compiler's analysis: 24 layers are
+    extrapolated from 1 and 2 unrolled ones at the micro-batch, 4 micro-batches are 4 x (micro-step −
+    update) + update."""
+    calls = _fake_compiles(monkeypatch)
+    config = aot.load_config("configs/pretrain.py:size=large", ["--config.batch_size=64",
+                                                                "--config.per_device_batch=4"])
+    r = aot.estimate(config, jax.devices()[:4], aot.CHIPS["v5e"], steps=100)
+    assert calls == [(None, "true", 64, True), (1, "false", 16, True), (2, "false", 16, True)]
+    e = r["estimate"]
+    assert e["flops_per_device"] == 4 * (77 * 16) + 7 and e["bytes_per_device"] == 4 * 2400 + 11
+    assert e["total_s"] == pytest.approx(100 * e["step_s"]) and 0 < e["mfu"]
+    assert e["step_s"] == max(e["compute_s"], e["memory_s"])  # accumulated: no compiler estimate
+    assert "ESTIMATE" in aot.summary(r) and "accumulation 4" in aot.summary(r) and "fits" in aot.summary(r)
+
+
+def test_estimate_takes_the_compilers_seconds_extrapolated(monkeypatch):
+    """The compiler's own estimate extrapolates like the costs, when both compiles give a positive one
+    (libtpu's negative ones do not count), and only where it is no faster than the FLOPs at peak."""
+    calls = _fake_compiles(monkeypatch, compiler_seconds=lambda layers: 1.0 + 0.5 * layers)
+    config = aot.load_config("configs/pretrain.py:size=large", ["--config.batch_size=64"])
+    e = aot.estimate(config, jax.devices()[:4], aot.CHIPS["v5e"], memory=False)["estimate"]
+    assert calls[0][3] is False and e["step_s"] == pytest.approx(1.5 + 23 * 0.5)
+    assert e["source"] == "compiler optimal_seconds, decoded"
+    _fake_compiles(monkeypatch, compiler_seconds=lambda layers: -2.0 + layers)
+    e = aot.estimate(config, jax.devices()[:4], aot.CHIPS["v5e"], memory=False)["estimate"]
+    assert "roofline" in e["source"]
+
+
+def test_a_step_that_does_not_fit_gets_no_estimate(monkeypatch):
+    calls = _fake_compiles(monkeypatch, fits=False)
+    config = aot.load_config("configs/pretrain.py:size=large", [])
+    r = aot.estimate(config, jax.devices()[:4], aot.CHIPS["v5e"])
+    assert r["estimate"] is None and len(calls) == 1 and not r["fits"]
+    assert "no time estimate" in aot.summary(dict(r, error="RESOURCE_EXHAUSTED: HBM"))
+
+
+def test_find_max_batch_compiles_at_multiples_of_the_batch_shards(monkeypatch, capsys):
+    """``compile --find_max_batch``: the largest multiple of the 8 batch shards of v5e-8 whose step
+    fits a chip's 16 GiB at 10 MiB a row (1632), where more than 1000 rows do not compile (out of memory)."""
+    monkeypatch.setattr(aot, "tpu_devices", lambda spec: (aot.CHIPS["v5e"], "v5e:2x4", jax.devices()[:8]))
+    tried = []
+
+    def compile_step(config, devices, batch_size, compile=True):
+        tried.append(batch_size)
+        total = None if batch_size > 1000 else batch_size * 10 * 2**20
+        return {"batch_size": batch_size, "length": 128, "mesh": {}, "model_flops_per_step": None, "compile_s": 1.0,
+                "model": {"size": "tiny", "dtype": "bfloat16", "remat": "none"}, "error": "RESOURCE_EXHAUSTED",
+                "memory": total and {k: 0 for k in ("arguments", "outputs", "aliased", "temporaries",
+                                                    "generated_code")} | {"total": total}}
+
+    monkeypatch.setattr(aot, "compile_step", compile_step)
+    (r,) = aot.main(["compile", "--config", "configs/pretrain.py:size=tiny", "--topology", "v5e-8", "--find_max_batch"])
+    assert r["batch_size"] == 1000 and r["fits"] and all(b % 8 == 0 for b in tried) and 1632 in tried
+    assert "global batch 1000 x 128" in capsys.readouterr().out
+
+
+def test_xla_attention_core_is_masked_attention():
+    rng = np.random.default_rng(0)
+    q, k, v = (jnp.asarray(rng.normal(size=(2, 8, 2, 4)), jnp.float32) for _ in range(3))
+    mask = jnp.asarray(np.arange(8)[None] < np.array([[8], [5]]), jnp.int32)  # row 1: 3 padding tokens
+    got = aot.xla_attention(q, k, v, mask, jax.random.key(0), rate=0.0)
+    np.testing.assert_allclose(got, jax.nn.dot_product_attention(q, k, v, mask=(mask[:, None, None, :] > 0)),
+                               atol=1e-5)
+    assert not np.allclose(aot.xla_attention(q, k, v, mask, jax.random.key(0), rate=0.5), got)  # dropout applied
+
+
+def test_block_part_is_the_encoder_block_in_training_mode():
+    cfg = BertConfig.from_size("tiny", num_layers=1)
+    graphdef, params = nnx.split(TransformerBlock(cfg, rngs=nnx.Rngs(0)))
+    rng = np.random.default_rng(1)
+    x, g = (jnp.asarray(rng.normal(size=(2, 8, cfg.hidden_size)), jnp.float32) for _ in range(2))
+    mask = jnp.asarray(np.arange(8)[None, None, None, :] < np.array([8, 5])[:, None, None, None])
+    key = jax.random.key(3)
+    out, dparams, dx = jax.jit(functools.partial(aot.block_with_grads, graphdef))(params, x, mask, key, g)
+
+    def loss(params, x):  # the same block, dropout from the same key: <out, g>
+        return jnp.sum(nnx.merge(graphdef, params)(x, mask, deterministic=False, rngs=nnx.Rngs(dropout=key))[0] * g)
+
+    want_params, want_x = jax.jit(jax.grad(loss, argnums=(0, 1)))(params, x)
+    np.testing.assert_allclose(dx, want_x, rtol=1e-5, atol=1e-6)
+    for got, want in zip(jax.tree.leaves(dparams), jax.tree.leaves(want_params), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(out, nnx.merge(graphdef, params)(x, mask, deterministic=True)[0])  # dropout is on
+
+
 @needs_libtpu
 def test_tiny_pretraining_step_compiles_for_a_v5e_slice():
     config = aot.load_config("configs/pretrain.py:size=tiny", [])
     chip, name, devices = aot.tpu_devices("v5e-4")
     r = aot.report(aot.compile_step(config, devices, 32), chip, len(devices))
-    m = r["memory_bytes"]
+    m = r["memory"]
     assert name == "v5e:2x2" and r["mesh"] == {"data": 4, "fsdp": 1, "tensor": 1}
     assert all(v > 0 for v in m.values())
-    assert r["total_bytes"] == m["arguments"] + m["outputs"] - m["aliased"] + m["temporaries"] + m["generated_code"]
-    assert r["fits"] and r["total_bytes"] < 2**30 and r["model_flops_per_step"] > 0
-    # The state is donated: the outputs alias the arguments (parameters and optimizer moments).
-    assert m["aliased"] > 0.9 * m["outputs"]
+    assert m["total"] == m["arguments"] + m["outputs"] - m["aliased"] + m["temporaries"] + m["generated_code"]
+    assert r["fits"] and m["total"] < 2**30 and r["model_flops_per_step"] > 0 and r["cost"]["flops"] > 0
+    assert m["aliased"] > 0.9 * m["outputs"]  # the state is donated: the outputs alias the arguments
 
 
 @needs_libtpu
@@ -85,7 +270,7 @@ def test_tiny_fine_tuning_step_compiles_for_one_v5e_chip():
     config = aot.load_config("configs/glue.py:task=rte", ["--config.model.size=tiny", "--config.max_seq_length=64"])
     chip, _, devices = aot.tpu_devices("v5e-1")
     r = aot.report(aot.compile_step(config, devices, 8), chip, len(devices))
-    assert r["fits"] and r["length"] == 64 and r["memory_bytes"]["temporaries"] > 0
+    assert r["fits"] and r["length"] == 64 and r["memory"]["temporaries"] > 0
 
 
 @needs_libtpu
@@ -93,31 +278,47 @@ def test_a_step_that_does_not_fit_is_reported_not_raised():
     config = aot.load_config("configs/pretrain.py:size=tiny,phase=2", [])
     chip, _, devices = aot.tpu_devices("v5e-1")
     r = aot.report(aot.compile_step(config, devices, 8192), chip, len(devices))
-    assert not r["fits"] and r["total_bytes"] is None and "HBM" in r["compiler_error"]
+    assert not r["fits"] and r["memory"] is None and "HBM" in r["error"]
     assert "DOES NOT FIT" in aot.summary(r)
 
 
-def test_find_max_batch_doubles_then_bisects(monkeypatch):
-    """With a step whose memory is 10 MiB per row and 1 GiB of HBM, the largest multiple of 8 that fits
-    is 96 rows (960 MiB; 104 rows need 1040): found by 8 → 16 → ... → 128, then bisection."""
-    tried = []
+@needs_libtpu
+@pytest.mark.slow  # four compiles: minutes on a 2-core machine
+def test_tiny_estimate_on_a_v5e_slice():
+    # 256 rows on 4 chips at 32 per chip: 2 micro-batches.
+    config = aot.load_config("configs/pretrain.py:size=tiny", ["--config.per_device_batch=32"])
+    chip, _, devices = aot.tpu_devices("v5e-4")
+    r = aot.estimate(config, devices, chip, steps=10)
+    e = r["estimate"]
+    assert r["fits"] and r["layers"] == 2 and r["accumulation_steps"] == 2
+    assert 0 < e["mfu"] < 1 and e["step_s"] == max(e["compute_s"], e["memory_s"])
+    assert e["total_s"] == pytest.approx(10 * e["step_s"])
+    # More than the FLOPs the model needs (the compiler counts every op), but not absurdly more.
+    assert r["model_flops_per_step"] / 4 < e["flops_per_device"] < 10 * r["model_flops_per_step"] / 4
 
-    def fake_compile(config, devices, batch_size):
-        tried.append(batch_size)
-        return {"batch_size": batch_size, "total_bytes": None if batch_size >= 256 else batch_size * 10 * 2**20}
 
-    monkeypatch.setattr(aot, "compile_step", fake_compile)
-    best = aot.find_max_batch(None, None, 8, 8, 2**30)
-    assert best["batch_size"] == 96
-    assert tried[:5] == [8, 16, 32, 64, 128] and 96 in tried and 104 in tried
-    assert aot.find_max_batch(None, None, 8, 8, 2**20) is None  # not even one multiple fits
+@needs_libtpu
+def test_each_attention_variant_compiles_for_a_tpu(tmp_path):
+    rows = aot.main(["attention", "--topology", "v5e-1", "--size", "tiny", "--rows", "8", "--seq_len", "128",
+                     "--output", str(tmp_path / "a.jsonl")])
+    assert [r["part"] for r in rows] == list(aot.VARIANTS)
+    assert all(r["compiler_ms"] > 0 and r["step_share_ms"] == pytest.approx(2 * r["compiler_ms"], abs=0.01)
+               for r in rows)
+    matmuls = 3 * 2 * 2 * 8 * 2 * 128 * 128 * 64  # forward + 2x backward; 2 einsums; rows x heads x T x S x head_dim
+    assert matmuls <= rows[1]["flops"] <= 1.5 * matmuls, rows[1]["flops"] / matmuls  # xla_no_dropout
+    assert rows[0]["flops"] >= rows[1]["flops"] and rows[0]["attention_dropout"] == 0.1
+    assert len((tmp_path / "a.jsonl").read_text().splitlines()) == 2
 
 
-def test_auto_dtype_means_the_tpus_not_the_hosts():
-    """Compiled on a CPU host for a TPU, the configs' "auto" settings are the TPU's (bfloat16, scanned
-    layers, jax.random's dropout bits); an explicit setting stays as given."""
-    model = aot.load_config("configs/pretrain.py:size=tiny", []).model
-    assert (model.dtype, model.scan_layers, model.dropout_impl) == ("bfloat16", "true", "jax")
-    assert aot.load_config("configs/pretrain.py:size=tiny", ["--config.model.scan_layers=false"]).model.scan_layers \
-        == "false"
-    assert aot.load_config("configs/pretrain.py:size=tiny", ["--config.model.dtype=float32"]).model.dtype == "float32"
+@needs_libtpu
+def test_each_layer_part_compiles_for_a_tpu(tmp_path):
+    rows = aot.main(["layer", "--topology", "v5e-1", "--size", "tiny", "--rows", "8", "--seq_len", "128",
+                     "--output", str(tmp_path / "l.jsonl")])
+    by = {r["part"]: r for r in rows}
+    assert list(by) == list(aot.PARTS) and all(r["compiler_ms"] > 0 for r in rows)
+    d, tokens = 128, 8 * 128  # tiny: hidden 128, intermediate 512
+    assert by["projection"]["flops"] == pytest.approx(3 * 2 * tokens * d * d, rel=0.05)
+    assert by["ffn"]["flops"] == pytest.approx(3 * 2 * tokens * d * 4 * d, rel=0.05)
+    parts = sum(by[p]["compiler_ms"] * n for p, n in aot.PARTS.items() if p != "block")
+    assert by["block"]["rest_ms"] == pytest.approx(by["block"]["compiler_ms"] - parts, abs=1e-3)
+    assert len((tmp_path / "l.jsonl").read_text().splitlines()) == len(aot.PARTS)

@@ -11,7 +11,7 @@ import pytest
 from flax import nnx, traverse_util
 
 from bert_jax import launch
-from bert_jax.finetuning import steps as fs
+from bert_jax.finetuning import task as fs
 from bert_jax.finetuning.warm_start import open_init_checkpoint
 from bert_jax.model import layer_layout
 from bert_jax.model.config import BertConfig
@@ -60,7 +60,7 @@ def test_ner_preempted_run_resumes_exactly(conll, minilm_dir, tmp_path, monkeypa
     import os
     import signal
 
-    from bert_jax.finetuning import trainer as finetune
+    from bert_jax.finetuning import task as finetune
 
     def config():
         c = small(load_config("ner", "runlocal"), minilm_dir / "vocab.txt", steps=9)
@@ -233,7 +233,7 @@ def test_ner_from_hf_checkpoint(conll, minilm_dir, tmp_path, load_config):
                                       ("squad", "version=2.0"), ("ner", "")])
 def test_configs_build_abstractly(name, arg, load_config):
     """Each fine-tuning config's model and optimizer state build with ShapeDtypeStructs only."""
-    from bert_jax.finetuning.trainer import build_steps
+    from bert_jax.finetuning.task import build_steps
     from input_pipeline.tasks import make_task
 
     c = load_config(name, arg)
@@ -248,3 +248,38 @@ def test_configs_build_abstractly(name, arg, load_config):
 def test_glue_ax_is_predicted_by_mnli(load_config):
     with pytest.raises(ValueError, match="task=mnli --config.predict_splits"):
         load_config("glue", "task=ax")
+
+
+@pytest.mark.parametrize("kind", ["classification", "tagging"])
+def test_micro_batches_give_the_whole_batch_step(kind, load_config):
+    """Fine-tuning's per_device_batch (the knob pre-training has): 4 micro-batches of 2 rows take the
+    same optimizer step as the batch of 8 at once, each micro-batch's loss over the whole batch's
+    count (tagging: its labelled tokens, spread unevenly over the rows)."""
+    from bert_jax.finetuning.task import build_steps
+    from bert_jax.resolve import resolve
+
+    rng = np.random.default_rng(0)
+    c = load_config("ner" if kind == "tagging" else "glue", "runlocal" if kind == "tagging" else "task=sst2,runlocal")
+    c.unpad_multiple = 0
+    ids = rng.integers(5, 99, (8, 16))
+    mask = (np.arange(16)[None] < rng.integers(4, 17, (8, 1))).astype(np.int32)
+    batch = {"input_ids": ids * mask, "input_mask": mask, "segment_ids": np.zeros_like(ids),
+             "weight": np.ones(8, np.float32)}
+    if kind == "tagging":
+        batch.update(label_ids=rng.integers(0, 3, (8, 16)), label_mask=mask * rng.integers(0, 2, (8, 16)))
+    else:
+        batch["label"] = rng.integers(0, 2, 8)
+    mesh = sh.make_mesh((1, 1, 1), jax.devices()[:1])
+    cfg = BertConfig.from_size("tiny", vocab_size=99, dtype="float32", hidden_dropout_prob=0.0,
+                               attention_dropout_prob=0.0)  # the same function of the rows however split
+    after = {}
+    for per_device in (0, 2):
+        c.per_device_batch = per_device
+        steps = build_steps(resolve(c, "cpu", batch_shards=1), cfg, kind, 3, 10, mesh)
+        assert steps.accumulation_steps == (4 if per_device else 1)
+        state, metrics = steps.train_fn(steps.layout.create(0), {k: jax.numpy.asarray(v) for k, v in batch.items()},
+                                        jax.random.key(0))
+        after[per_device] = (jax.device_get(state.params), float(metrics["loss"]))
+    assert after[2][1] == pytest.approx(after[0][1], rel=1e-5)
+    for a, b in zip(jax.tree.leaves(after[0][0]), jax.tree.leaves(after[2][0]), strict=True):
+        np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-6)

@@ -10,7 +10,7 @@ import pytest
 
 from bert_jax.finetuning import evaluation as fe
 from bert_jax.finetuning import lengths
-from bert_jax.finetuning.trainer import build_steps, train_batch
+from bert_jax.finetuning.task import build_steps, train_batch
 from bert_jax.model.config import BertConfig
 from bert_jax.training import sharding as sh
 from input_pipeline.tasks.base import feature_shapes

@@ -26,7 +26,7 @@ The optimizer is bert-jax's ``adamw_bert`` (bert_jax/training/optim.py: Google's
     u <- u + wd * p                           only Linear/Embedding weights: not LayerNorm, not biases
     p <- p - lr(t) u,   lr(t) = lr * t / warmup (t < warmup), else lr * (1 - t / num_train_steps)
 
-The losses are bert-jax's (bert_jax/training/train_step.py): masked-LM cross-entropy summed over the
+The losses are bert-jax's (bert_jax/training/pretraining.py): masked-LM cross-entropy summed over the
 real prediction slots (``masked_lm_weights``) and divided by their count over the whole batch, plus
 NSP cross-entropy averaged over the examples; ELECTRA: generator masked-LM + ``rtd_weight`` x the
 discriminator's binary cross-entropy averaged over real tokens. Recorded per step, BEFORE the update
@@ -78,7 +78,7 @@ GENERATOR_FRACTION, RTD_WEIGHT = 0.5, 50.0
 # here runs from about 4 down to 1.6, so some steps are clipped and some are not.
 OPTIMIZER = dict(optimizer="adamw_bert", learning_rate=1e-3, warmup_steps=5, num_train_steps=STEPS,
                  weight_decay=0.1, b1=0.9, b2=0.999, eps=1e-6, clip_norm=2.0, bias_correction=False,
-                 schedule="bert", decay_power=1.0)
+                 schedule="bert", decay_power=1.0, decay_steps=0, generator_lr_scale=1.0)
 # ELECTRA at tiny scale degenerates at lr >= 1e-3 (DESIGN.md's known facts): a smaller lr; its
 # gradient (x rtd_weight 50) is clipped at the paper's 1.0 at every step.
 ELECTRA_OPTIMIZER = dict(OPTIMIZER, learning_rate=5e-4, clip_norm=1.0)

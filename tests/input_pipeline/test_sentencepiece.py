@@ -175,9 +175,12 @@ def test_load_tokenizer(model_file, tmp_path):
         load_tokenizer(tmp_path)
     with pytest.raises(VocabError, match="no such file or directory"):
         load_tokenizer(tmp_path / "nothing")
-    (tmp_path / "tokenizer.json").write_text("{}")
-    with pytest.raises(VocabError, match="unknown kind of vocabulary file"):
+    (tmp_path / "tokenizer.json").write_text("{}")  # read by the tokenizers package (ModernBERT's kind)
+    with pytest.raises(VocabError, match="tokenizer.json: not a (tokenizers tokenizer.json|byte-level BPE)"):
         load_tokenizer(tmp_path / "tokenizer.json")
+    (tmp_path / "weights.bin").write_text("{}")
+    with pytest.raises(VocabError, match="unknown kind of vocabulary file"):
+        load_tokenizer(tmp_path / "weights.bin")
     (sp_dir / "other.model").write_bytes(model_file.read_bytes())
     assert isinstance(load_tokenizer(sp_dir), SentencePieceTokenizer)  # spm.model is preferred
     (sp_dir / "spm.model").unlink()

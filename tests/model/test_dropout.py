@@ -11,7 +11,7 @@ import pytest
 from flax import nnx
 
 from bert_jax.model.dropout import Dropout, fused_dropout, threefry2x32
-from bert_jax.model.execution import resolve_dropout
+from bert_jax.resolve import resolve_dropout
 
 
 def test_threefry_is_jax_threefry():

@@ -16,7 +16,7 @@ from bert_jax.model.electra import ElectraForPreTraining, electra_generator_conf
 from bert_jax.model.encoder import BertEncoder
 from bert_jax.model.heads import ReplacedTokenHead
 from bert_jax.model.models import BertForPreTraining, create
-from bert_jax.training import train_step as ts
+from bert_jax.training import pretraining as ts
 
 TINY = dict(vocab_size=50, max_position_embeddings=24, hidden_dropout_prob=0.0, attention_dropout_prob=0.0)
 

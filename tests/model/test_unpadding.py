@@ -10,10 +10,10 @@ import numpy as np
 import optax
 import pytest
 
+from bert_jax import launch
 from bert_jax.model.config import BertConfig
 from bert_jax.model.encoder import BertEncoder
-from bert_jax.training import train_step as ts
-from bert_jax.training import trainer
+from bert_jax.training import pretraining as ts
 from input_pipeline.pretraining.packing import pack_examples
 from input_pipeline.pretraining.synthetic import SyntheticBatches
 from input_pipeline.unpadding import token_index, with_token_index
@@ -121,9 +121,9 @@ def test_unpadding_refuses_what_it_cannot_do():
 def test_trainer_with_unpad_multiple(tmp_path, caplog, tiny_config):
     """Data parallel over the 8 fake devices: each shard's real tokens; the loss matches padded."""
     caplog.set_level("INFO")
-    last = trainer.run(tiny_config(steps=2, eval_every=0, unpad_multiple=4), tmp_path / "unpadded")
+    last = launch.run(tiny_config(steps=2, eval_every=0, unpad_multiple=4), tmp_path / "unpadded")
     assert "unpadded batches of" in caplog.text and "tokens per shard (of 16)" in caplog.text  # 8 rows / 8 devices
     assert 4 < last["train"]["loss"] < 6  # ln(101) + ln(2) = 5.3 at the start
     c = tiny_config(unpad_multiple=4, batch_size=16, per_device_batch=1)  # 2 micro-batches on 8 devices
     with pytest.raises(ValueError, match="does not go with micro-batches"):
-        trainer.run(c, tmp_path / "accumulating")
+        launch.run(c, tmp_path / "accumulating")

@@ -6,10 +6,10 @@ import dataclasses
 import numpy as np
 import pytest
 
+from bert_jax import launch
 from bert_jax.finetuning.warm_start import open_init_checkpoint
 from bert_jax.model import layer_layout
 from bert_jax.model.models import BertClassifier, create
-from bert_jax.training import trainer
 from bert_jax.training.checkpoints import read_params
 from bert_jax.training.metric_writer import read_metrics
 from tests.fixtures.params import params_of
@@ -25,14 +25,14 @@ FAMILY = ["albert", "electra"]
 def straight(request, tmp_path_factory, tiny_config):
     model = request.param
     workdir = tmp_path_factory.mktemp(f"{model}_straight")
-    trainer.run(tiny_config(steps=4, model=model, eval_every=0, checkpoint_every=2), workdir)
+    launch.run(tiny_config(steps=4, model=model, eval_every=0, checkpoint_every=2), workdir)
     return model, workdir
 
 
 def test_resume_is_exact(straight, tmp_path, tiny_config):
     model, workdir = straight
-    trainer.run(tiny_config(steps=2, model=model, eval_every=0, checkpoint_every=2), tmp_path)
-    trainer.run(tiny_config(steps=4, model=model, eval_every=0, checkpoint_every=2), tmp_path)  # resumes at 2
+    launch.run(tiny_config(steps=2, model=model, eval_every=0, checkpoint_every=2), tmp_path)
+    launch.run(tiny_config(steps=4, model=model, eval_every=0, checkpoint_every=2), tmp_path)  # resumes at 2
     a, _ = read_params(workdir)
     b, _ = read_params(tmp_path)
     assert a.keys() == b.keys()

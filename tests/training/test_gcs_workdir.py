@@ -109,7 +109,7 @@ def test_a_second_trainer_is_refused(bucket_workdir):
 def test_finetuning_warm_starts_from_the_bucket(bucket_workdir, gcs_env):
     from flax import nnx, traverse_util
 
-    from bert_jax.finetuning import steps as fs
+    from bert_jax.finetuning import task as fs
     from bert_jax.finetuning.warm_start import open_init_checkpoint
     from bert_jax.model import layer_layout
 

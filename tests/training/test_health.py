@@ -14,12 +14,14 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
+from bert_jax import launch
 from bert_jax.model.config import BertConfig
-from bert_jax.training import health, job, trainer
+from bert_jax.training import health, pretraining, trainer
+from bert_jax.training import pretraining as ts
 from bert_jax.training import sharding as sh
-from bert_jax.training import train_step as ts
 from bert_jax.training.metric_writer import MetricWriter, read_metrics
 from bert_jax.training.optim import make_optimizer
+from tests.fixtures.optimizer import optimizer_settings
 
 OLD_RUNLOCAL = dict(learning_rate=1e-3, warmup_steps=30, bias_correction=False)  # before issue 28
 
@@ -149,7 +151,7 @@ def test_micro_batches_and_eval_batches_add_up_exactly():
     """A step of 2 micro-batches reports the health of the whole batch; two evaluation batches
     summed give the health of both together (dropout off: the same numbers up to rounding)."""
     cfg = BertConfig.from_size("tiny", **TINY)
-    tx, schedule = make_optimizer(dict(learning_rate=1e-3, warmup_steps=1, num_train_steps=10))
+    tx, schedule = make_optimizer(optimizer_settings(learning_rate=1e-3, warmup_steps=1, num_train_steps=10))
     state = ts.init_state(cfg, "nsp", tx, seed=0)
     graphdef = ts.model_graphdef(cfg, "nsp")
     batch = _batch(8)
@@ -171,7 +173,7 @@ def test_micro_batches_and_eval_batches_add_up_exactly():
 @pytest.mark.slow  # ~25 s; ELECTRA's health on a real run: test_old_electra_runlocal_recipe_is_flagged
 def test_electra_reports_the_discriminators_health():
     cfg = BertConfig.from_size("tiny", **{**TINY, "use_pooler": False})
-    tx, _ = make_optimizer(dict(learning_rate=1e-3, warmup_steps=1, num_train_steps=10))
+    tx, _ = make_optimizer(optimizer_settings(learning_rate=1e-3, warmup_steps=1, num_train_steps=10))
     electra = dict(generator_fraction=0.5, rtd_weight=50.0)
     state = ts.init_state(cfg, "rtd", tx, seed=0, electra=electra)
     graphdef = ts.model_graphdef(cfg, "rtd", electra)
@@ -268,13 +270,13 @@ def test_advice_names_the_flags():
 
 
 def test_step0_reference_is_read_back(tmp_path):
-    assert trainer.step0_reference(tmp_path) is None
+    assert pretraining.step0_reference(tmp_path) is None
     w = MetricWriter(tmp_path)
     w.write(0, {"token_spread": 0.84, "loss": 30.0}, "eval")
     w.write(10, {"token_spread": 0.5, "loss": 20.0}, "train")
     w.write(100, {"token_spread": 0.6, "loss": 10.0}, "eval")
     w.close()
-    assert trainer.step0_reference(tmp_path)["token_spread"] == 0.84
+    assert pretraining.step0_reference(tmp_path)["token_spread"] == 0.84
 
 
 # --- the rule on real training ------------------------------------------------------------------
@@ -332,18 +334,18 @@ def _markov_config(load_config, steps: int, **optimizer):
 
 
 def _train_and_watch(c, capsys) -> tuple[list[dict], list[str]]:
-    """``c``'s real jitted steps (`trainer.build_steps`, `trainer.evaluate`) on `MarkovBatches`,
+    """``c``'s real jitted steps (`pretraining.build_steps`, `pretraining.evaluate`) on `MarkovBatches`,
     watched as the trainer watches them (`health.HealthMonitor`): the evaluations (every
     ``c.eval_every`` steps from step 0) and the warning lines printed."""
-    c = job.resolved(c)  # as the job resolves it
-    steps = trainer.build_steps(c, trainer.model_config(c, V), sh.make_mesh(tuple(c.mesh_shape)))
+    c = trainer.resolved(c)  # as the job resolves it
+    steps = pretraining.build_steps(c, pretraining.model_config(c, V), sh.make_mesh(tuple(c.mesh_shape)))
     state, data, rng = steps.layout.create(c.seed), MarkovBatches(seed=1), jax.random.key(c.seed)
     monitor = health.HealthMonitor(warmup_steps=c.optimizer.warmup_steps, advice=health.advice(c.optimizer))
     evals = []
     for step in range(c.num_train_steps + 1):
         if step % c.eval_every == 0:
             held_out = MarkovBatches(seed=99)  # the same 4 batches every time
-            evals.append({"step": step, **trainer.evaluate(steps.eval_fn, state, held_out, c.eval_steps, steps.mesh,
+            evals.append({"step": step, **pretraining.evaluate(steps.eval_fn, state, held_out, c.eval_steps, steps.mesh,
                                                            steps.rules)})
             if step == 0:
                 monitor.reference = evals[0]
@@ -389,9 +391,9 @@ def test_trainer_prints_one_warning_and_records_step0(tmp_path, load_config, mon
 
     monkeypatch.setattr(trainer, "make_input", lambda config, split, block=(0, 1):
                         Eval(seed=99) if split == "eval" else MarkovBatches(seed=1))
-    trainer.run(_markov_config(load_config, 30, **OLD_RUNLOCAL), tmp_path)
+    launch.run(_markov_config(load_config, 30, **OLD_RUNLOCAL), tmp_path)
     out = capsys.readouterr().out
     assert sum(line.startswith("WARNING: the representation collapsed") for line in out.splitlines()) == 1, out
     evals = read_metrics(tmp_path, "eval")
     assert [r["step"] for r in evals] == [0, 10, 20, 30]
-    assert trainer.step0_reference(tmp_path)["token_spread"] == evals[0]["token_spread"]
+    assert pretraining.step0_reference(tmp_path)["token_spread"] == evals[0]["token_spread"]

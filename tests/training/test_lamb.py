@@ -19,10 +19,11 @@ from flax import nnx
 from bert_jax.model.axes import stacked_axes
 from bert_jax.model.config import BertConfig
 from bert_jax.training import optim
+from bert_jax.training import pretraining as ts
 from bert_jax.training import sharding as sh
-from bert_jax.training import train_step as ts
-from bert_jax.training.optim import OptimizerConfig, make_optimizer
-from bert_jax.training.state import model_stacked_axes, state_layout
+from bert_jax.training.optim import make_optimizer
+from bert_jax.training.steps import model_stacked_axes, state_layout
+from tests.fixtures.optimizer import optimizer_config
 
 LR, STEPS, WD, CLIP = 1e-2, 3, 0.01, 1.0
 RULES = (("batch", ("data", "fsdp")), ("vocab", "tensor"), ("embed", "fsdp"), ("heads", "tensor"),
@@ -38,8 +39,8 @@ def tiny(**kw):
 
 
 def lamb_config(bias_correction=True):
-    return OptimizerConfig(optimizer="lamb", learning_rate=LR, warmup_steps=0, num_train_steps=10,
-                           weight_decay=WD, clip_norm=CLIP, bias_correction=bias_correction)
+    return optimizer_config(optimizer="lamb", learning_rate=LR, warmup_steps=0, num_train_steps=10,
+                            weight_decay=WD, clip_norm=CLIP, bias_correction=bias_correction)
 
 
 def pretraining_tree(cfg):

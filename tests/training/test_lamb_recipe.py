@@ -6,12 +6,14 @@ import jax
 import numpy as np
 import pytest
 
+from bert_jax import launch
 from bert_jax.config_args import check_overrides
 from bert_jax.resolve import resolve
-from bert_jax.training import resume, trainer
+from bert_jax.training import pretraining
 from bert_jax.training import sharding as sh
 from bert_jax.training.checkpoints import Checkpointer
-from bert_jax.training.optim import OptimizerConfig, bert_schedule, make_schedule
+from bert_jax.training.optim import bert_schedule, make_schedule
+from tests.fixtures.optimizer import optimizer_config
 
 
 @pytest.mark.parametrize("phase,batch,steps,lr,warmup,length", [(1, 65_536, 7_038, 6e-3, 2_001, 128),
@@ -41,10 +43,10 @@ def test_accumulation_follows_the_slice(load_config):
     assert c.per_device_batch == 32
     rules = tuple(tuple(r) for r in c.sharding_rules)
     for shape, micro in (((8, 1, 1), 256), ((2, 4, 1), 256), ((2, 1, 4), 1024)):  # tensor shards share rows
-        assert trainer.accumulation_steps(c, sh.make_mesh(shape), rules) == micro
+        assert pretraining.accumulation_steps(c, sh.make_mesh(shape), rules) == micro
     c.per_device_batch = 48
     with pytest.raises(ValueError, match=r"batch_size 65536 is not a multiple of per_device_batch 48 x 8 batch shards"):
-        trainer.accumulation_steps(c, sh.make_mesh((8, 1, 1)), rules)
+        pretraining.accumulation_steps(c, sh.make_mesh((8, 1, 1)), rules)
     with pytest.raises(ValueError, match="config has no key 'accumulation_steps'"):  # one knob: per_device_batch
         check_overrides(c, ["train.py", "--config.optimizer.accumulation_steps=2"])
 
@@ -54,8 +56,8 @@ def test_decay_power_is_nvidias_poly_warmup():
     """NVIDIA's PolyWarmUpScheduler: p = t / N; lr = base * p / warmup while p < warmup, else
     base * (1 - p) ** 0.5; power 1 is the old schedule, value for value."""
     n, frac, base = 7_038, 0.2843, 6e-3
-    fn = make_schedule(OptimizerConfig(optimizer="lamb", learning_rate=base, warmup_steps=round(n * frac),
-                                       num_train_steps=n, decay_power=0.5))
+    fn = make_schedule(optimizer_config(optimizer="lamb", learning_rate=base, warmup_steps=round(n * frac),
+                                        num_train_steps=n, decay_power=0.5))
     for t in (0, 1, 1000, 2000, 2001, 2002, 5000, 7037, 7038, 8000):
         p = t / n
         want = base * p / frac if p < frac else base * max(1 - p, 0) ** 0.5
@@ -74,17 +76,16 @@ def test_phase2_starts_from_phase1_params_with_a_fresh_optimizer(tmp_path, tiny_
     c.optimizer.update(optimizer="lamb", decay_power=0.5)
     mesh = sh.make_mesh((1, 1, 1), jax.devices()[:1])
     resolved = resolve(c, "cpu", batch_shards=1)  # as the job resolves it
-    steps = trainer.build_steps(resolved, trainer.model_config(resolved, 101), mesh)
+    steps = pretraining.build_steps(resolved, pretraining.model_config(resolved, 101), mesh)
     state = steps.layout.create(0)
     state = state.replace(step=state.step + 5, opt_state=jax.tree.map(lambda x: x + 1, state.opt_state))
     ckpt = Checkpointer(tmp_path / "phase1", async_save=False)
     ckpt.save(5, state, {})
     ckpt.close()
     c.init_checkpoint = str(tmp_path / "phase1")
-    empty = Checkpointer(tmp_path / "phase2", async_save=False)
     for mode, step in (("params", 0), ("state", 5)):
         c.init_mode = mode
-        got = resume.initial_state(c, steps, empty, None, (0, 1))
+        got = pretraining.initial_state(c, steps.layout)
         assert int(got.step) == step
         for a, b in zip(jax.tree.leaves(got.params), jax.tree.leaves(state.params), strict=True):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
@@ -93,8 +94,7 @@ def test_phase2_starts_from_phase1_params_with_a_fresh_optimizer(tmp_path, tiny_
     assert float(steps.schedule(0)) == 0.0 < float(steps.schedule(5))  # phase 2's first lr: warmup from 0
     c.init_mode = "moments"
     with pytest.raises(ValueError, match="init_mode='moments'"):
-        resume.initial_state(c, steps, empty, None, (0, 1))
-    empty.close()
+        pretraining.initial_state(c, steps.layout)
 
 
 @pytest.mark.slow
@@ -111,10 +111,10 @@ def test_both_phases_run_and_phase2_rewarms(tmp_path, load_config):
         c.log_every, c.checkpoint_every, c.eval_every = 1, steps, 0
         return c
 
-    trainer.run(config(1, 4), tmp_path / "p1")
+    launch.run(config(1, 4), tmp_path / "p1")
     c2 = config(2, 20)
     c2.init_checkpoint = str(tmp_path / "p1")
-    trainer.run(c2, tmp_path / "p2")
+    launch.run(c2, tmp_path / "p2")
     p1, p2 = read_metrics(tmp_path / "p1", "train"), read_metrics(tmp_path / "p2", "train")
     assert [r["step"] for r in p2][:2] == [1, 2]
     assert p2[0]["learning_rate"] == 0.0 < p2[1]["learning_rate"] == pytest.approx(4e-3 / 3)  # warmup: 3 steps

@@ -10,10 +10,12 @@ import optax
 import pytest
 from flax import nnx
 
+from bert_jax.config_args import load_config_file
 from bert_jax.model.config import BertConfig
 from bert_jax.model.models import BertForPreTraining
 from bert_jax.training import optim
 from bert_jax.training.optim import OptimizerConfig, make_optimizer
+from tests.fixtures.optimizer import optimizer_config, optimizer_settings
 
 LR, W, N = 1e-4, 100, 1000
 
@@ -79,7 +81,7 @@ def assert_trees_close(a, b, rtol=1e-5, atol=1e-7):
     ("linear", [0.0, 0.5e-4, 0.99e-4, 1.0e-4, 0.5e-4, 0.0, 0.0]),  # decay from the end of warmup
 ])
 def test_schedule_values(schedule, expected):
-    cfg = OptimizerConfig(learning_rate=LR, warmup_steps=W, num_train_steps=N, schedule=schedule)
+    cfg = optimizer_config(learning_rate=LR, warmup_steps=W, num_train_steps=N, schedule=schedule)
     _, fn = make_optimizer(cfg)
     steps = [0, 50, 99, 100, 550, 1000, 1500]
     np.testing.assert_allclose([float(fn(s)) for s in steps], expected, rtol=1e-6, atol=1e-12)
@@ -132,7 +134,7 @@ def test_state_and_pure_dict_give_same_updates():
     gives; the mask test covers the real model's paths) and its pure dict update alike."""
     pure, gpure = small_params(), grads_like(small_params(), 1)
     state, gstate = (nnx.State(jax.tree.map(nnx.Param, t)) for t in (pure, gpure))
-    txs = [make_optimizer(OptimizerConfig(optimizer=name, warmup_steps=0, learning_rate=0.1),
+    txs = [make_optimizer(optimizer_config(optimizer=name, warmup_steps=0, learning_rate=0.1),
                           stacked=unstacked(pure))[0] for name in optim.OPTIMIZERS]
     out = final(*[(tx, state, [gstate]) for tx in txs], *[(tx, pure, [gpure]) for tx in txs])
     for a, b in zip(out[:3], out[3:], strict=True):
@@ -143,7 +145,7 @@ def test_state_and_pure_dict_give_same_updates():
 # --- Adam ---------------------------------------------------------------------------------------
 
 def test_adam_without_bias_correction_matches_numpy():
-    cfg = OptimizerConfig(learning_rate=0.1, warmup_steps=2, num_train_steps=10, weight_decay=0.1,
+    cfg = optimizer_config(learning_rate=0.1, warmup_steps=2, num_train_steps=10, weight_decay=0.1,
                           clip_norm=1.0, bias_correction=False)
     params = small_params()
     gs = [grads_like(params, s, scale=0.5 if s == 1 else 0.05) for s in range(1, 4)]  # 1st clipped
@@ -172,7 +174,7 @@ def test_adam_without_bias_correction_matches_numpy():
 
 
 def test_bias_correction_matches_optax_adamw():
-    cfg = OptimizerConfig(learning_rate=0.05, warmup_steps=2, num_train_steps=10, weight_decay=0.1,
+    cfg = optimizer_config(learning_rate=0.05, warmup_steps=2, num_train_steps=10, weight_decay=0.1,
                           bias_correction=True)
     params = small_params()
     gs = [grads_like(params, s, scale=0.3) for s in range(3)]
@@ -187,7 +189,7 @@ def test_bias_correction_matches_optax_adamw():
 
 def test_clipping_caps_global_norm():
     # eps=1 makes Adam's first step depend on the gradient's scale, so clipping shows in the update
-    base = OptimizerConfig(warmup_steps=0, learning_rate=1.0, eps=1.0, weight_decay=0.0)
+    base = optimizer_config(warmup_steps=0, learning_rate=1.0, eps=1.0, weight_decay=0.0)
     params = small_params()
     g = grads_like(params, 5)
     big = jax.tree.map(lambda x: 100 * x, g)
@@ -206,7 +208,7 @@ def test_clipping_caps_global_norm():
 # --- LAMB -----------------------------------------------------------------------------------------
 
 def test_lamb_trust_ratio():
-    cfg = OptimizerConfig(optimizer="lamb", learning_rate=0.01, warmup_steps=0, num_train_steps=100,
+    cfg = optimizer_config(optimizer="lamb", learning_rate=0.01, warmup_steps=0, num_train_steps=100,
                           weight_decay=0.01, bias_correction=True, clip_norm=None)
     params = small_params()
     g = grads_like(params, 3)
@@ -232,32 +234,36 @@ def _get(tree, names):
 
 # --- config and errors ----------------------------------------------------------------------------
 
-def test_defaults_are_the_paper_recipe():
-    c = OptimizerConfig()
+def test_settings_come_from_the_config_only():
+    """No defaults in the optimizer: configs/pretrain.py holds the paper's recipe, and a missing
+    setting is an error naming its config key."""
+    c = OptimizerConfig.from_config_dict(load_config_file("pretrain").optimizer)
     assert (c.optimizer, c.learning_rate, c.b1, c.b2, c.eps) == ("adamw_bert", 1e-4, 0.9, 0.999, 1e-6)
     assert (c.weight_decay, c.clip_norm, c.warmup_steps, c.num_train_steps) == (0.01, 1.0, 10_000,
                                                                                1_000_000)
-    assert (c.bias_correction, c.schedule) == (False, "bert")
+    assert (c.bias_correction, c.schedule, c.decay_power, c.generator_lr_scale) == (False, "bert", 1.0, 1.0)
+    partial = {k: v for k, v in optimizer_settings().items() if k not in ("b2", "decay_power")}
+    with pytest.raises(ValueError, match=r"config\.optimizer\.b2, config\.optimizer\.decay_power: not set"):
+        make_optimizer(partial)
+    with pytest.raises(TypeError):
+        OptimizerConfig(learning_rate=1e-4)
 
 
 def test_config_dict_and_dataclass_inputs():
-    cd = ml_collections.ConfigDict({"optimizer": "lamb", "learning_rate": 2e-3, "warmup_steps": 5.0,
-                                    "num_train_steps": 50})
+    cd = ml_collections.ConfigDict(optimizer_settings(optimizer="lamb", learning_rate=2e-3, warmup_steps=5.0,
+                                                      num_train_steps=50))
     c = OptimizerConfig.from_config_dict(cd)
-    assert c == OptimizerConfig(optimizer="lamb", learning_rate=2e-3, warmup_steps=5, num_train_steps=50)
+    assert c == optimizer_config(optimizer="lamb", learning_rate=2e-3, warmup_steps=5, num_train_steps=50)
     tx, fn = make_optimizer(cd, stacked=unstacked(small_params()))
     assert float(fn(5)) == pytest.approx(2e-3 * 0.9)
     tx.init(small_params())
 
-    @dataclasses.dataclass
-    class Other:
-        learning_rate: float = 3e-4
-        schedule: str = "linear"
-
-    assert OptimizerConfig.from_config_dict(Other()).schedule == "linear"
+    Other = dataclasses.make_dataclass("Other", list(optimizer_settings()))
+    assert OptimizerConfig.from_config_dict(Other(**optimizer_settings(schedule="linear"))).schedule == "linear"
     with pytest.raises(ValueError, match="unknown optimizer config field.*warmup_step"):
         OptimizerConfig.from_config_dict({"warmup_step": 10})
-    assert OptimizerConfig.from_config_dict({"batch_size": 8}, ignore_unknown=True) == OptimizerConfig()
+    extra = {**optimizer_settings(), "batch_size": 8}
+    assert OptimizerConfig.from_config_dict(extra, ignore_unknown=True) == optimizer_config()
 
 
 @pytest.mark.parametrize("kw, match", [
@@ -273,13 +279,13 @@ def test_config_dict_and_dataclass_inputs():
 ])
 def test_bad_values_raise(kw, match):
     with pytest.raises(ValueError, match=match):
-        OptimizerConfig(**kw)
+        optimizer_config(**kw)
     with pytest.raises(ValueError, match=match):
-        make_optimizer(kw)
+        make_optimizer(optimizer_settings(**kw))
 
 
 def test_accumulation_is_not_an_optimizer_field():
-    # Gradient accumulation is the training step's lax.scan (trainer.build_steps pops it).
+    # Gradient accumulation is the training step's lax.scan (pretraining.build_steps pops it).
     with pytest.raises(ValueError, match=r"unknown optimizer config field.*accumulation_steps"):
         OptimizerConfig.from_config_dict({"accumulation_steps": 2})
 
@@ -288,7 +294,7 @@ def test_generator_lr_scale_scales_only_the_generator():
     """ELECTRA's generator at its own rate: its updates x the factor, every other parameter's unchanged."""
     params = {"generator": {"w": jnp.ones((3,))}, "mlm": {"b": jnp.zeros((2,))}, "bert": {"w": jnp.ones((3,))}}
     grads = jax.tree.map(lambda p: jnp.full_like(p, 0.5), params)
-    cfg = dict(learning_rate=1e-3, warmup_steps=0, num_train_steps=10, bias_correction=True)
+    cfg = optimizer_settings(learning_rate=1e-3, warmup_steps=0, num_train_steps=10, bias_correction=True)
     base, _ = make_optimizer(cfg)
     scaled, _ = make_optimizer({**cfg, "generator_lr_scale": 4.0})
     u1, _ = base.update(grads, base.init(params), params)
@@ -298,4 +304,18 @@ def test_generator_lr_scale_scales_only_the_generator():
     np.testing.assert_array_equal(u4["bert"]["w"], u1["bert"]["w"])
     assert float(jnp.abs(u1["bert"]["w"]).max()) > 0
     with pytest.raises(ValueError, match="generator_lr_scale"):
-        OptimizerConfig(generator_lr_scale=0.0)
+        optimizer_config(generator_lr_scale=0.0)
+
+
+def test_wsd_schedule_warms_up_holds_and_decays_as_one_minus_sqrt():
+    """ModernBERT's warmup-stable-decay: the peak from the end of warmup to N - D, then 1 - sqrt."""
+    cfg = optimizer_config(learning_rate=LR, warmup_steps=W, num_train_steps=N, schedule="wsd", decay_steps=400)
+    _, fn = make_optimizer(cfg)
+    steps = [0, 50, 100, 350, 600, 700, 900, 999, 1000, 1200]
+    d = [(t - 600) / 400 for t in steps]
+    want = [LR * t / W if t < W else LR * (1 - np.sqrt(min(max(x, 0.0), 1.0))) for t, x in zip(steps, d, strict=True)]
+    np.testing.assert_allclose(jax.jit(fn)(jnp.asarray(steps)), want, rtol=1e-4, atol=1e-12)  # float32 sqrt
+    assert float(fn(600)) == pytest.approx(LR, rel=1e-7) and float(fn(1000)) == 0.0
+    for bad in (0, N - W + 1):
+        with pytest.raises(ValueError, match=r"decay_steps=.*for schedule 'wsd' an integer in \[1, num_train_steps"):
+            optimizer_config(learning_rate=LR, warmup_steps=W, num_train_steps=N, schedule="wsd", decay_steps=bad)

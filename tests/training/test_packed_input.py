@@ -7,7 +7,7 @@ import shutil
 import numpy as np
 import pytest
 
-from bert_jax.training import trainer
+from bert_jax import launch
 from bert_jax.training.checkpoints import read_params
 from bert_jax.training.metric_writer import read_metrics
 from input_pipeline.pretraining.dataset import make_pretraining_dataset
@@ -139,14 +139,14 @@ def train_config(packed_config, steps):
 @pytest.mark.slow  # ~65 s; the packed input position resumes exactly in test_packed_position_resumes_exactly
 def test_trainer_on_packed_rows_resumes_exactly(packed_config, tmp_path):
     """4 steps straight; then checkpoint 4 is removed and the run resumes from 2: the same step 4."""
-    trainer.run(train_config(packed_config, 4), tmp_path)
+    launch.run(train_config(packed_config, 4), tmp_path)
     rows = read_metrics(tmp_path, "train")
     assert all(r["examples"] > 8 for r in rows)  # 8 rows, more examples
     assert all(r["examples_per_sec"] == pytest.approx(r["examples"] * r["steps_per_sec"]) for r in rows)
     straight, where = read_params(tmp_path)
     assert where.name == "4"
     shutil.rmtree(where)
-    trainer.run(train_config(packed_config, 4), tmp_path)  # resumes from checkpoint 2
+    launch.run(train_config(packed_config, 4), tmp_path)  # resumes from checkpoint 2
     resumed, where = read_params(tmp_path)
     assert where.name == "4"
     for k in straight:

@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from bert_jax.training.job import Preemption
+from bert_jax.training.preemption import Preemption
 
 
 def test_signals_are_recorded_and_handlers_restored():

@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax.training import trainer
+from bert_jax import launch
 from bert_jax.training.checkpoints import read_params
 from bert_jax.training.prefetch import DevicePrefetch
 
@@ -64,7 +64,7 @@ def test_trainer_same_with_and_without_prefetch(tmp_path, tiny_config):
     prefetches 2.)"""
     assert tiny_config().prefetch_batches == 2
     for name, prefetch in (("ahead", 3), ("in_loop", 0)):
-        trainer.run(tiny_config(steps=4, prefetch_batches=prefetch), tmp_path / name)
+        launch.run(tiny_config(steps=4, prefetch_batches=prefetch), tmp_path / name)
     a, _ = read_params(tmp_path / "ahead")
     b, _ = read_params(tmp_path / "in_loop")
     for k in a:

@@ -121,12 +121,12 @@ def test_an_array_of_another_shape_is_named_before_any_read(two_checkpoints, mon
 
 
 def test_a_checkpoint_of_another_model_is_named_by_its_fields(tmp_path):
-    """`resume` compares the checkpoint's record of its model with the run's before reading the state:
+    """`restore` compares the checkpoint's record of its model with the run's before reading the state:
     the fields that differ, old → new; how the model runs (dtype, scan, remat) and dropout may change."""
     import dataclasses
 
     from bert_jax.model.config import BertConfig
-    from bert_jax.training.resume import model_changes, resume
+    from bert_jax.training.trainer import model_changes, restore
 
     tiny = BertConfig.from_size("tiny")
     ckpt = Checkpointer(tmp_path, async_save=False)
@@ -134,7 +134,7 @@ def test_a_checkpoint_of_another_model_is_named_by_its_fields(tmp_path):
         ckpt.save(1, jax.tree.map(jax.numpy.asarray, _state(1)), {"step": 1, "model": dataclasses.asdict(tiny)})
         other = dataclasses.replace(tiny, hidden_size=64, num_layers=3)
         with pytest.raises(CheckpointRestoreError) as e:
-            resume(ckpt, None, model=other)
+            restore(ckpt, None, model=other)
         assert str(e.value) == (f"{tmp_path} holds a checkpoint of another model: model.hidden_size 128 → 64, "
                                 "model.num_layers 2 → 3; use another --workdir to start fresh (or restore the old "
                                 "values)")
@@ -147,16 +147,16 @@ def test_a_checkpoint_of_another_model_is_named_by_its_fields(tmp_path):
 
 
 def test_a_workdir_of_another_model_is_refused_before_the_job_writes(tmp_path, tiny_config):
-    """`check_workdir_model`, the pre-training job's look at its workdir before config.json is written:
-    the config's model against the checkpoint's record (the vocabulary's size is `resume`'s to check)."""
+    """`refuse_another_model`, the job's look at its workdir before anything is written there: the
+    config's model against the checkpoint's record."""
     import dataclasses
 
     from bert_jax.resolve import described_model
-    from bert_jax.training.job import resolved
-    from bert_jax.training.resume import check_workdir_model
+    from bert_jax.training.trainer import refuse_another_model, resolved
 
     config = resolved(tiny_config())
-    check_workdir_model(config, tmp_path / "new")  # no checkpoints: nothing to compare
+    model = described_model(config.model, vocab_size=30522)
+    refuse_another_model(tmp_path / "new", config.restore, model)  # no checkpoints: nothing to compare
     assert not (tmp_path / "new").exists()
     ckpt = Checkpointer(tmp_path, async_save=False)
     try:
@@ -164,9 +164,9 @@ def test_a_workdir_of_another_model_is_refused_before_the_job_writes(tmp_path, t
         ckpt.save(1, jax.tree.map(jax.numpy.asarray, _state(1)), {"step": 1, "model": dataclasses.asdict(saved)})
     finally:
         ckpt.close()
-    check_workdir_model(config, tmp_path)  # the same model (its vocabulary aside)
+    refuse_another_model(tmp_path, config.restore, model)  # the same model
     config.model.size = "mini"
     with pytest.raises(CheckpointRestoreError, match=rf"^{tmp_path} holds a checkpoint of another model: "
                        r"model.hidden_size 128 → 256, model.num_layers 2 → 4, model.num_heads 2 → 4, "
                        r"model.intermediate_size 512 → 1024; use another --workdir"):
-        check_workdir_model(config, tmp_path)
+        refuse_another_model(tmp_path, config.restore, described_model(config.model, vocab_size=30522))

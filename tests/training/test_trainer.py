@@ -9,10 +9,11 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax.training import trainer
+from bert_jax import launch
+from bert_jax.training import pretraining
 from bert_jax.training.checkpoints import read_params
-from bert_jax.training.loop import TrainingDivergedError
 from bert_jax.training.metric_writer import read_metrics
+from bert_jax.training.trainer import TrainingDivergedError
 
 ROOT = Path(__file__).parents[2]
 
@@ -20,7 +21,7 @@ ROOT = Path(__file__).parents[2]
 @pytest.fixture(scope="module")
 def straight_run(tmp_path_factory, tiny_config):
     workdir = tmp_path_factory.mktemp("straight")
-    last = trainer.run(tiny_config(), workdir)
+    last = launch.run(tiny_config(), workdir)
     return workdir, last
 
 
@@ -46,8 +47,8 @@ def test_outputs(straight_run):
 def test_resume_is_exact(straight_run, tmp_path, tiny_config):
     """Stopped at step 3 and resumed, the run reaches the same parameters at step 6."""
     workdir, _ = straight_run
-    trainer.run(tiny_config(steps=3), tmp_path)
-    trainer.run(tiny_config(steps=6), tmp_path)  # resumes from checkpoint 3
+    launch.run(tiny_config(steps=3), tmp_path)
+    launch.run(tiny_config(steps=6), tmp_path)  # resumes from checkpoint 3
     a, _ = read_params(workdir)
     b, _ = read_params(tmp_path)
     assert a.keys() == b.keys()
@@ -74,10 +75,10 @@ def test_resume_across_scan_layouts(straight_run, tmp_path, tiny_config, first, 
     fingerprint is checked on restore) and the run ends where the straight run does."""
     workdir, _ = straight_run
     run = lambda steps, scan: tiny_config(steps=steps, model_overrides={"scan_layers": scan})
-    trainer.run(run(3, first), tmp_path)
+    launch.run(run(3, first), tmp_path)
     stored, _ = read_params(tmp_path)
     assert "bert/layers/attention/query/kernel" in stored and not any("layers/0/" in k for k in stored)
-    trainer.run(run(6, then), tmp_path)  # resumes from checkpoint 3
+    launch.run(run(6, then), tmp_path)  # resumes from checkpoint 3
     a, _ = read_params(workdir)
     b, _ = read_params(tmp_path)
     assert a.keys() == b.keys()
@@ -90,7 +91,7 @@ def test_rng_impl_picks_the_dropout_prng(straight_run, tmp_path, tiny_config):
     """config.rng_impl=rbg (XLA's RngBitGenerator for the dropout keys) trains: other dropout masks
     from the same seed, so another loss than the default threefry2x32 run's."""
     workdir, _ = straight_run
-    rbg = trainer.run(tiny_config(steps=2, rng_impl="rbg", eval_every=0), tmp_path)  # 2 steps, no eval: cheap
+    rbg = launch.run(tiny_config(steps=2, rng_impl="rbg", eval_every=0), tmp_path)  # 2 steps, no eval: cheap
     threefry = read_metrics(workdir, "train")[0]
     assert threefry["step"] == 2 and np.isfinite(rbg["train"]["loss"]) and rbg["train"]["loss"] != threefry["loss"]
 
@@ -108,7 +109,7 @@ def test_nan_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch, tiny_co
 
     monkeypatch.setattr(SyntheticBatches, "__next__", poisoned)
     with pytest.raises(TrainingDivergedError, match=r"loss is nan at step 6.*last good checkpoint is step 3"):
-        trainer.run(tiny_config(eval_every=0), tmp_path)
+        launch.run(tiny_config(eval_every=0), tmp_path)
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit()) == ["3"]
 
 
@@ -124,7 +125,7 @@ def test_sigterm_saves_and_exits(tmp_path, monkeypatch, tiny_config):
 
     monkeypatch.setattr(SyntheticBatches, "__next__", preempt)
     # Batches read in the loop: with prefetch the 2nd batch is read during step 1 or before it.
-    trainer.run(tiny_config(eval_every=0, prefetch_batches=0), tmp_path)
+    launch.run(tiny_config(eval_every=0, prefetch_batches=0), tmp_path)
     steps = sorted(p.name for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit())
     assert steps == ["2"], steps
     _, where = read_params(tmp_path)
@@ -142,7 +143,7 @@ def test_every_config_builds_abstractly(load_config):
                 "size=small,objective=none,masking=dynamic", "model=roberta", "model=albert,size=large",
                 "model=electra", "model=electra,size=base"):
         c = resolve(load_config("pretrain", arg), "cpu", batch_shards=1)  # as a job resolves it
-        abstract = trainer.build_steps(c, trainer.model_config(c, 30522), mesh).layout.abstract
+        abstract = pretraining.build_steps(c, pretraining.model_config(c, 30522), mesh).layout.abstract
         assert abstract.params["bert"]["embeddings"]["word_embeddings"]["embedding"].shape[0] == 30522
     with pytest.raises(ValueError, match="phase=3"):
         load_config("pretrain", "phase=3")
@@ -154,13 +155,13 @@ def test_every_config_builds_abstractly(load_config):
 
 def test_electra_settings_name_a_bad_prior(load_config):
     c = load_config("pretrain", "model=electra,runlocal")
-    assert trainer.electra_settings(c) == {"generator_fraction": 0.25, "rtd_weight": 50.0, "rtd_prior": 0.0,
+    assert pretraining.electra_settings(c) == {"generator_fraction": 0.25, "rtd_weight": 50.0, "rtd_prior": 0.0,
                                              "tie_embeddings": True}
     c.electra.rtd_prior = 0.15
-    assert trainer.electra_settings(c)["rtd_prior"] == 0.15
+    assert pretraining.electra_settings(c)["rtd_prior"] == 0.15
     c.electra.rtd_prior = 1.5
     with pytest.raises(ValueError, match=r"config.electra.rtd_prior=1.5: expected 0 .* in \(0, 1\)"):
-        trainer.electra_settings(c)
+        pretraining.electra_settings(c)
 
 
 @pytest.mark.slow

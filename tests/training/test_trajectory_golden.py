@@ -40,8 +40,8 @@ from flax import nnx
 
 from bert_jax.interop import pretrained
 from bert_jax.training.optim import make_optimizer
-from bert_jax.training.state import new_state
-from bert_jax.training.train_step import model_graphdef, train_step
+from bert_jax.training.pretraining import model_graphdef, train_step
+from bert_jax.training.steps import new_state
 from tests.fixtures.hf_dirs import write_dir
 
 LOSS_ATOL, LOSS_RTOL = 2e-4, 1e-5
@@ -93,7 +93,9 @@ def replay(model: nnx.Module, graphdef: nnx.GraphDef, optimizer: dict, steps: li
     """bert-jax's jitted ``step_fn`` over ``steps`` from ``model``'s weights; per-step metrics.
 
     Compiled once, with `FAST_COMPILE`: the same XLA program, a fraction of the compile time."""
-    tx, schedule = make_optimizer(optimizer)
+    # The golden's settings predate generator_lr_scale (1: the one rate its torch reference runs) and
+    # decay_steps (0: the "bert" schedule has no separate decay phase).
+    tx, schedule = make_optimizer({"generator_lr_scale": 1.0, "decay_steps": 0, **optimizer})
     state = new_state(initial_params(model), tx)
     extra = [()] * len(steps) if extra is None else [(e,) for e in extra]
     rng = jax.random.key(0)

@@ -1,0 +1,158 @@
+"""bert_jax/resolve.py: what "auto" means per platform (dtype, scan, attention, dropout, micro-batch
+rows), tested for every platform on a CPU; a job config resolved once; a saved model record read as
+saved; and `BertConfig`, which takes concrete values only."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import pytest
+
+from bert_jax.model.config import BertConfig
+from bert_jax.model.layers import attention_call
+from bert_jax.resolve import (
+    auto_keys,
+    described_model,
+    resolve,
+    resolve_attention,
+    resolve_dropout,
+    resolve_dtype,
+    resolve_per_device_batch,
+    resolve_scan,
+    saved_model,
+)
+
+
+@pytest.mark.parametrize("platform,expected", [("cpu", "float32"), ("gpu", "bfloat16"), ("cuda", "bfloat16"),
+                                               ("rocm", "bfloat16"), ("tpu", "bfloat16")])
+def test_auto_dtype_per_platform(platform, expected):
+    assert resolve_dtype("auto", platform) == expected
+    assert resolve_dtype("float32", platform) == "float32"  # an explicit choice is kept
+    assert resolve_dtype("bfloat16", "cpu") == "bfloat16"
+
+
+@pytest.mark.parametrize("platform,kind,dtype,head_dim,expected", [
+    ("gpu", "padding", "bfloat16", 64, "cudnn"),
+    ("cuda", "padding", "float16", 128, "cudnn"),
+    ("gpu", "packed", "bfloat16", 64, "xla"),  # block-diagonal mask: no key lengths express it
+    ("gpu", "padding", "float32", 64, "xla"),  # cuDNN flash attention has no float32
+    ("gpu", "padding", "bfloat16", 12, "xla"),  # head width not a multiple of 8
+    ("gpu", "padding", "bfloat16", 256, "xla"),
+    ("rocm", "padding", "bfloat16", 64, "xla"),  # no cuDNN on AMD
+    ("tpu", "padding", "bfloat16", 64, "xla"),
+    ("cpu", "padding", "float32", 64, "xla"),
+    ("cpu", "packed", "bfloat16", 64, "xla"),
+])
+def test_auto_attention_per_platform_and_mask(platform, kind, dtype, head_dim, expected):
+    assert attention_call(resolve_attention("auto", platform, dtype=dtype, head_dim=head_dim), kind) == expected
+
+
+def test_explicit_attention_choice_is_kept_and_unknown_rejected():
+    for impl in ("xla", "cudnn", "explicit"):
+        assert resolve_attention(impl, "cpu", dtype="float32") == impl
+    with pytest.raises(ValueError, match="attention_impl 'flash'"):
+        resolve_attention("flash", "gpu")
+
+
+def test_auto_dropout_per_platform():
+    assert resolve_dropout("auto", "cpu") == "fused"
+    assert [resolve_dropout("auto", p) for p in ("gpu", "cuda", "rocm", "tpu")] == ["jax"] * 4
+    assert resolve_dropout("jax", "cpu") == "jax" and resolve_dropout("fused", "tpu") == "fused"
+    with pytest.raises(ValueError, match="dropout_impl 'bernoulli'"):
+        resolve_dropout("bernoulli", "cpu")
+
+
+def test_auto_scan_per_platform():
+    assert resolve_scan("auto", "cpu") is False
+    assert [resolve_scan("auto", p) for p in ("gpu", "cuda", "rocm", "tpu")] == [True] * 4
+    assert resolve_scan(True, "cpu") is True and resolve_scan(False, "tpu") is False
+    assert resolve_scan("auto", "cpu", shared=True) is True  # ALBERT: one block, nothing per layer
+    assert resolve_scan("False", "tpu") is False and resolve_scan("true", "cpu") is True  # ml_collections' strings
+    with pytest.raises(ValueError, match="scan_layers 'sometimes'"):
+        resolve_scan("sometimes", "cpu")
+
+
+@pytest.mark.parametrize("value,platform,rows,expected", [
+    ("auto", "cpu", 32, 8), ("auto", "cpu", 16, 8), ("auto", "cpu", 8, 0), ("auto", "cpu", 12, 0),
+    ("auto", "gpu", 32, 0), ("auto", "tpu", 256, 0), ("auto", "cuda", 64, 0),
+    ("16", "cpu", 32, 16), ("0", "cpu", 32, 0), (4, "tpu", 32, 4), (0, "cpu", 32, 0)])
+def test_per_device_batch_per_platform(value, platform, rows, expected):
+    assert resolve_per_device_batch(value, platform, rows=rows) == expected
+
+
+@pytest.mark.parametrize("bad", ["eight", "-1", -2, 1.5, True])
+def test_per_device_batch_rejects_what_is_not_a_row_count(bad):
+    with pytest.raises(ValueError, match="per_device_batch .*expected 'auto' or rows per device"):
+        resolve_per_device_batch(bad, "cpu", rows=32)
+
+
+def test_a_job_config_resolves_once(load_config):
+    """No "auto" left in what config.json records; micro-batches from the rows per batch shard on
+    the CPU, none on an accelerator; the given config is left as it was."""
+    c = load_config("pretrain", "size=tiny,runlocal")
+    assert set(auto_keys(c)) >= {"model.dtype", "model.scan_layers", "per_device_batch"}
+    cpu = resolve(c, "cpu", batch_shards=1)
+    assert auto_keys(cpu) == [] and auto_keys(c)  # a copy: the given config keeps its "auto"
+    assert (cpu.model.dtype, cpu.model.scan_layers, cpu.model.attention_impl, cpu.model.dropout_impl) == \
+        ("float32", "false", "xla", "fused")
+    assert cpu.per_device_batch == (8 if c.batch_size > 8 and c.batch_size % 8 == 0 else 0)
+    tpu = resolve(c, "tpu")
+    assert (tpu.model.dtype, tpu.model.scan_layers, tpu.model.dropout_impl, tpu.per_device_batch) == \
+        ("bfloat16", "true", "jax", 0)
+    assert resolve(c, "gpu").model.attention_impl == "cudnn"  # bfloat16, head width 64
+    assert "auto" not in cpu.to_json()
+    assert described_model(cpu.model).scanned is False  # what the trainers build from it
+    with pytest.raises(ValueError, match="needs the batch's data-parallel shards"):
+        resolve(c, "cpu")
+
+
+def test_model_section_resolves_against_the_model_it_describes(load_config):
+    """The size's table counts: ALBERT's shared block scans on a CPU too, a head width cuDNN does not
+    take stays on XLA, an explicit float32 keeps a GPU off cuDNN."""
+    albert = resolve(load_config("pretrain", "model=albert,runlocal"), "cpu", batch_shards=1)
+    assert albert.model.scan_layers == "true"
+    c = load_config("pretrain", "size=tiny,runlocal")
+    with c.unlocked():
+        c.model.num_heads = 1  # head width 128: cuDNN still applies
+    assert resolve(c, "gpu").model.attention_impl == "cudnn"
+    with c.unlocked():
+        c.model.hidden_size, c.model.num_heads = 130, 10  # head width 13: not a multiple of 8
+    assert resolve(c, "gpu").model.attention_impl == "xla"
+    c = load_config("pretrain", "size=tiny,runlocal")
+    with c.unlocked():
+        c.model.dtype = "float32"
+    assert (resolve(c, "gpu").model.dtype, resolve(c, "gpu").model.attention_impl) == ("float32", "xla")
+    with c.unlocked():
+        c.model.dtype = "float33"
+    with pytest.raises(ValueError, match=r"\['dtype'\] = \['float33'\]"):
+        resolve(c, "cpu", batch_shards=1)
+
+
+def test_bert_config_takes_concrete_values_only(load_config):
+    """The model never resolves "auto" itself: BertConfig refuses it, naming the fields and
+    pointing at bert_jax.resolve; so does `described_model` of an unresolved job config."""
+    with pytest.raises(ValueError, match=r"BertConfig field\(s\) \['dtype', 'scan_layers', 'attention_impl', "
+                       r"'dropout_impl'\] = \['auto', 'auto', 'auto', 'auto'\].*bert_jax\.resolve"):
+        BertConfig(dtype="auto", scan_layers="auto", attention_impl="auto", dropout_impl="auto")
+    cfg = BertConfig.from_size("tiny", vocab_size=97)
+    with pytest.raises(ValueError, match=r"\['attention_impl'\] = \['auto'\]"):
+        dataclasses.replace(cfg, attention_impl="auto")
+    assert BertConfig(scan_layers="False").scan_layers is False  # ml_collections hands strings over
+    with pytest.raises(ValueError, match=r"\['scan_layers'\]"):
+        BertConfig(scan_layers="sometimes")
+    c = load_config("pretrain", "size=tiny,runlocal")
+    with pytest.raises(ValueError, match="resolved for its platform first"):
+        described_model(c.model)
+
+
+def test_a_saved_model_is_read_as_saved(caplog):
+    """A record saved by a job on another platform keeps its values (fine-tuning puts its own
+    execution fields on top); an old record's "auto" reads as BertConfig's own values."""
+    gpu = dataclasses.replace(BertConfig.from_size("tiny", vocab_size=97), dtype="bfloat16", attention_impl="cudnn")
+    assert saved_model(gpu.to_dict(), "meta.json") == gpu
+    old = {**gpu.to_dict(), "dtype": "auto", "scan_layers": "auto", "dropout_impl": "auto"}
+    with caplog.at_level(logging.WARNING, logger="bert_jax.resolve"):
+        cfg = saved_model(old, "/w/bert_config.json")
+    assert (cfg.dtype, cfg.scan_layers, cfg.attention_impl, cfg.dropout_impl) == ("float32", True, "cudnn", "jax")
+    assert "/w/bert_config.json" in caplog.text and "'dtype', 'scan_layers', 'dropout_impl'" in caplog.text
