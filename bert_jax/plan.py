@@ -69,7 +69,8 @@ def _pretraining(c, workdir, mesh) -> list[str]:
         f"steps: {start:,} -> {total:,} ({steps:,} to run), batch {batch:,} = {batch * length * steps:,} tokens "
         f"({batch * length:,} a step)",
         f"optimizer: {o.optimizer}, lr {o.learning_rate:g}, warmup {o.warmup_steps:,} steps, schedule {o.schedule} "
-        f"to step {o.num_train_steps:,}, weight decay {o.weight_decay:g}, clip {o.clip_norm:g}",
+        f"to step {o.num_train_steps:,}" + (f" (the last {o.decay_steps:,} decaying)" if o.schedule == "wsd" else "")
+        + f", weight decay {o.weight_decay:g}, clip {o.clip_norm:g}",
         ("evaluation: off (eval_every=0)" if held_out is None else
          f"evaluation: every {c.eval_every:,} steps and at the end, {c.eval_steps} batches of {batch} from {held_out}"),
         f"checkpoints: every {c.checkpoint_every:,} steps, the last {c.keep_checkpoints} kept, in "

@@ -132,16 +132,28 @@ def resolve_dtype(name: str, platform: str) -> str:
     return "bfloat16" if platform_kind(platform) in ("gpu", "rocm", "tpu") else "float32"
 
 
-def resolve_attention(impl: str, platform: str, *, dtype: str = "bfloat16",
-                      head_dim: int = 64) -> Literal["xla", "cudnn", "explicit"]:
+def resolve_attention(impl: str, platform: str, *, dtype: str = "bfloat16", head_dim: int = 64) -> str:
     """``"auto"`` → "cudnn" on an NVIDIA GPU when the dtype and head width are ones its flash
-    attention takes (bfloat16/float16; a multiple of 8, at most 128), else "xla"; an explicit choice
-    is returned unchanged. Packed rows stay on XLA even under "cudnn" (`bert_jax.model.layers.attention_call`)."""
+    attention takes (bfloat16/float16; a multiple of 8, at most 128); "splash" (Pallas splash
+    attention) on a TPU where the kernel takes the head width and dtype (`splash.splash_applies`;
+    a length it does not take runs on XLA); else "xla". Packed rows stay on XLA even under "cudnn"
+    (`bert_jax.model.layers.attention_call`). An explicit "splash" off a TPU is the kernel in Pallas'
+    interpreter on the CPU ("splash_interpret": how its tests check it), an error on a GPU; any other
+    explicit choice is returned unchanged."""
     if impl not in (AUTO, *ATTENTION_IMPLS):
         raise ValueError(f"attention_impl {impl!r}: expected one of {(AUTO, *ATTENTION_IMPLS)}")
+    kind = platform_kind(platform)
+    if impl == "splash" and kind != "tpu":
+        if kind != "cpu":
+            raise ValueError(f"attention_impl 'splash' is the TPU's kernel: on {platform!r} use xla or cudnn")
+        return "splash_interpret"  # the CPU: Pallas' interpreter
     if impl != AUTO:
-        return impl  # type: ignore[return-value]
-    cudnn_ok = (platform_kind(platform) == "gpu" and dtype in CUDNN_DTYPES and head_dim % 8 == 0 and head_dim <= 128)
+        return impl
+    if kind == "tpu":
+        from bert_jax.model.splash import splash_applies
+
+        return "splash" if splash_applies(128, head_dim, dtype) else "xla"
+    cudnn_ok = kind == "gpu" and dtype in CUDNN_DTYPES and head_dim % 8 == 0 and head_dim <= 128
     return "cudnn" if cudnn_ok else "xla"
 
 

@@ -1,11 +1,12 @@
 r"""BERT pre-training (Devlin et al., 2019: MLM + NSP) and its family's recipes (docs/family.md).
 
-Named arguments: model (bert | roberta | albert | electra: the recipe, `RECIPES`), size (bert, roberta:
-tiny | mini | small | medium | base | large; albert: base … xxlarge; electra: small | base | large),
-masking (static | dynamic), objective (nsp | sop | none), phase (model=bert; 1: length 128 to step
-900k, 2: length 512 to 1M on phase 1's state), runlocal (the tiny model on the gensim Wikipedia excerpt,
-a few CPU minutes), synthetic (random batches), recipe (lamb: You et al. 2019, `lamb`), per_device
-(rows per device in a micro-batch; the step accumulates the rest).
+Named arguments: model (bert | roberta | albert | electra | modernbert: the recipe, `RECIPES`), size
+(bert, roberta: tiny | mini | small | medium | base | large; albert: base … xxlarge; electra: small |
+base | large; modernbert: base | large), masking (static | dynamic), objective (nsp | sop | none), phase
+(bert: 1: length 128 to step 900k, 2: length 512 to 1M on phase 1's state; modernbert: 1: length
+1,024, 2: the context extension to 8,192 on phase 1's parameters), runlocal (the tiny model on the
+gensim Wikipedia excerpt, a few CPU minutes), synthetic (random batches), recipe (lamb: You et al.
+2019, `lamb`), per_device (rows per device in a micro-batch; the step accumulates the rest).
 
     python train.py --config configs/pretrain.py:runlocal --workdir /tmp/bert_tiny
 
@@ -22,10 +23,12 @@ from bert_jax.training.sharding import DEFAULT_RULES
 
 PAPER_STEPS = 1_000_000
 PHASE1_STEPS = 900_000  # 90% of the steps at length 128, where attention is cheap; the rest at 512
-MODELS = ("bert", "roberta", "albert", "electra")
-FAMILY_SIZE_NAMES = {"albert": ("base", "large", "xlarge", "xxlarge"), "electra": ("small", "base", "large")}
+MODELS = ("bert", "roberta", "albert", "electra", "modernbert")
+FAMILY_SIZE_NAMES = {"albert": ("base", "large", "xlarge", "xxlarge"), "electra": ("small", "base", "large"),
+                     "modernbert": ("base", "large")}
 DEFAULT_SIZE = {"albert": "base", "electra": "small"}  # the others: base
-DEFAULT_OBJECTIVE = {"roberta": "none", "albert": "sop", "electra": "rtd"}  # bert: nsp
+DEFAULT_OBJECTIVE = {"roberta": "none", "albert": "sop", "electra": "rtd", "modernbert": "none"}  # bert: nsp
+PHASED = ("bert", "modernbert")  # the recipes with a phase 2 (phase=2)
 
 # The family's recipes (docs/family.md): what each sets on top of BERT's config, as data. "all": every
 # size; a size's name: that size on top; "runlocal": the CPU variant on top of BERT's runlocal (batch 32,
@@ -86,7 +89,31 @@ RECIPES = {
                          num_train_steps=300,
                          optimizer=dict(bias_correction=True, num_train_steps=300, warmup_steps=30)),
     },
+    # ModernBERT: `modernbert` below applies its phases and sizes.
+    "modernbert": {
+        "all": dict(model=dict(max_position_embeddings=8192, hidden_dropout_prob=0.0, attention_dropout_prob=0.0),
+                    data=dict(masked_lm_prob=0.3, masking="dynamic", packing="full", short_seq_prob=0.0),
+                    optimizer=dict(optimizer="adamw", bias_correction=True, b1=0.9, b2=0.98, eps=1e-6,
+                                   weight_decay=1e-5, schedule="wsd")),
+        # Adam at 2e-3, its last 150 steps decaying: the tiny model at length 128, 38 predictions (30%).
+        "runlocal": dict(lr=2e-3, model=dict(size="modernbert-tiny"),
+                         data=dict(max_seq_length=128, max_predictions_per_seq=38),
+                         optimizer=dict(decay_steps=150)),
+    },
 }
+# ModernBERT (Warner et al., 2024, §2.2 and Table 3) as the token counts of its paper at 4,608 rows of
+# 1,024 tokens a step (4.7M tokens): 30% masked, no NSP, sequences packed, StableAdamW (here AdamW with
+# bias correction), b2 0.98, weight decay 1e-5, warmup-stable-decay: 3B tokens of warmup (640 steps),
+# 1.7T tokens at length 1,024 (360k steps; the decay waits for the context extension); then phase 2,
+# on phase 1's parameters: 250B tokens at 8,192 (53k steps of 576 rows) at lr 3e-4, the last 50B
+# decaying as 1 - sqrt (10.6k steps).
+MODERNBERT_PHASES = {
+    1: dict(length=1024, predictions=308, batch=4608, steps=360_000, warmup=640, decay=0),
+    2: dict(length=8192, predictions=2458, batch=576, steps=53_000, warmup=0, decay=10_600),
+}
+MODERNBERT_LR = {"base": (8e-3, 3e-4), "large": (5e-4, 5e-5)}  # (phase 1, phase 2)
+
+
 # The LAMB recipe (You et al., 2019, §4: BERT-large in 8,599 steps) with NVIDIA's published settings
 # (DeepLearningExamples, PyTorch BERT). warmup: a fraction of the phase's steps; per_device: the paper's
 # rows per TPU v3 core (batch / 2,048 cores: no accumulation on its v3-1024 pod).
@@ -212,6 +239,8 @@ def get_config(arg=None):
         config.batch_size, config.num_train_steps = 32, 600
         config.optimizer.update(learning_rate=local.pop("lr"), num_train_steps=600, warmup_steps=60)
         update(config, local)
+    if args.model == "modernbert" and not args.runlocal:
+        modernbert(config, args)
     if args.recipe == "lamb":
         lamb(config, args)
     if args.synthetic and args.runlocal:
@@ -231,8 +260,8 @@ def check(args):
                          f"(or drop runlocal)")
     if args.phase not in (1, 2):
         raise ValueError(f"phase={args.phase}: expected 1 (length 128) or 2 (length 512)")
-    if args.model != "bert" and args.phase != 1:
-        raise ValueError(f"phase applies to model=bert; the {args.model} recipe has one phase")
+    if args.model not in PHASED and args.phase != 1:
+        raise ValueError(f"phase applies to model={' or model='.join(PHASED)}; the {args.model} recipe has one phase")
     if args.recipe not in ("", "lamb"):
         raise ValueError(f"recipe={args.recipe!r}: expected lamb (or leave it out for the paper's Adam)")
     if args.recipe and args.model != "bert":
@@ -248,6 +277,17 @@ def update(config, settings: dict):
             update(config[key], value)
         else:
             config[key] = ml_collections.ConfigDict(value) if isinstance(value, dict) else value
+
+
+def modernbert(config, args):
+    """Phase ``args.phase`` of ModernBERT's recipe (`MODERNBERT_PHASES`, `MODERNBERT_LR`): phase 2 is
+    its own run on phase 1's parameters (``init_checkpoint``; a fresh optimizer at its own rate)."""
+    phase = MODERNBERT_PHASES[args.phase]
+    config.data.update(max_seq_length=phase["length"], max_predictions_per_seq=phase["predictions"])
+    config.batch_size, config.num_train_steps = phase["batch"], phase["steps"]
+    config.init_mode = "params" if args.phase == 2 else "state"
+    config.optimizer.update(learning_rate=MODERNBERT_LR[args.size][args.phase - 1], num_train_steps=phase["steps"],
+                            warmup_steps=phase["warmup"], decay_steps=phase["decay"])
 
 
 def lamb(config, args):

@@ -79,3 +79,23 @@ def test_train_py_dry_run_prints_the_plan_and_writes_nothing(shards_config, pret
     errors = [line for line in bad.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "no held-out data" in errors[0]
     assert "Traceback" not in bad.stderr
+
+
+def test_modernbert_phases_plan(load_config, tmp_path):
+    """configs/pretrain.py:model=modernbert (docs/family.md): phase 1 at 1,024 tokens with the peak held
+    (warmup-stable), phase 2 at 8,192 on phase 1's parameters with its last steps decaying."""
+    text = {}
+    for phase in (1, 2):
+        c = load_config("pretrain", f"model=modernbert,phase={phase}")
+        c.data.update(input="pkg:wikipedia", vocab="pkg:minilm/vocab.txt", eval_fraction=0.05)
+        if phase == 2:
+            (tmp_path / "p1" / "checkpoints" / "360000").mkdir(parents=True)
+            c.init_checkpoint = str(tmp_path / "p1")
+        text[phase] = launch.dry_run(c, tmp_path / f"w{phase}")
+    assert "model: modernbert-base (22 layers x 768" in text[1] and "objective none" in text[1]
+    assert "length 1024, 308 predictions per row, dynamic masking" in text[1]
+    assert "steps: 0 -> 360,000" in text[1] and "batch 4,608" in text[1]
+    assert "lr 0.008, warmup 640 steps, schedule wsd to step 360,000 (the last 0 decaying)" in text[1]
+    assert "length 8192, 2458 predictions per row" in text[2] and "batch 576" in text[2]
+    assert "init_mode=params: a fresh optimizer" in text[2]
+    assert "lr 0.0003, warmup 0 steps, schedule wsd to step 53,000 (the last 10,600 decaying)" in text[2]

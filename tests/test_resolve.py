@@ -40,12 +40,27 @@ def test_auto_dtype_per_platform(platform, expected):
     ("gpu", "padding", "bfloat16", 12, "xla"),  # head width not a multiple of 8
     ("gpu", "padding", "bfloat16", 256, "xla"),
     ("rocm", "padding", "bfloat16", 64, "xla"),  # no cuDNN on AMD
-    ("tpu", "padding", "bfloat16", 64, "xla"),
+    ("tpu", "padding", "bfloat16", 64, "splash"),  # Pallas splash attention: segment ids, local windows
+    ("tpu", "packed", "bfloat16", 128, "splash"),
+    ("tpu", "padding", "bfloat16", 12, "xla"),  # a head width the kernel's tests do not cover
     ("cpu", "padding", "float32", 64, "xla"),
     ("cpu", "packed", "bfloat16", 64, "xla"),
 ])
 def test_auto_attention_per_platform_and_mask(platform, kind, dtype, head_dim, expected):
-    assert attention_call(resolve_attention("auto", platform, dtype=dtype, head_dim=head_dim), kind) == expected
+    shape = (2, 256, 4, head_dim)  # [batch, length, heads, kv]: a length the splash kernel takes
+    assert attention_call(resolve_attention("auto", platform, dtype=dtype, head_dim=head_dim), kind, shape,
+                          dtype) == expected
+
+
+def test_splash_per_platform_and_length():
+    """An explicit "splash": the kernel on a TPU, Pallas' interpreter on the CPU (the tests' way to run
+    it), an error on a GPU; at a length that is not a multiple of 128 the model runs XLA instead."""
+    assert resolve_attention("splash", "tpu") == "splash"
+    assert resolve_attention("splash", "cpu", dtype="float32") == "splash_interpret"
+    with pytest.raises(ValueError, match="'splash' is the TPU's kernel: on 'gpu' use xla or cudnn"):
+        resolve_attention("splash", "gpu")
+    assert attention_call("splash", "padding", (2, 100, 4, 64), "bfloat16") == "xla"
+    assert attention_call("splash_interpret", "packed", (2, 384, 4, 64), "float32") == "splash_interpret"
 
 
 def test_explicit_attention_choice_is_kept_and_unknown_rejected():

@@ -46,7 +46,7 @@ GIB = 2**30
 # The papers' parameter counts, each with the vocabulary it used: BERT (Devlin et al., 2019, §3),
 # RoBERTa (Liu et al., 2019, §5; base from fairseq's table), ALBERT (Lan et al., 2020, Table 1),
 # ELECTRA (Clark et al., 2020, Table 6).
-PAPER_VOCAB = {"bert": 30522, "roberta": 50265, "albert": 30000, "electra": 30522}
+PAPER_VOCAB = {"bert": 30522, "roberta": 50265, "albert": 30000, "electra": 30522, "modernbert": 50368}
 PAPER_PARAMS = {
     ("bert", "base"): 110e6, ("bert", "large"): 340e6, ("roberta", "base"): 125e6, ("roberta", "large"): 355e6,
     ("albert", "base"): 12e6, ("albert", "large"): 18e6, ("albert", "xlarge"): 60e6, ("albert", "xxlarge"): 235e6,

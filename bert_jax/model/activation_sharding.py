@@ -75,3 +75,23 @@ def constrain(x: jax.Array, *names: str | None) -> jax.Array:
     if not any(name in rules for name in names) or mesh.size == 1:
         return x
     return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec(names, x.shape, mesh, rules)))
+
+
+def per_shard(fn, *names: Sequence[str | None]):
+    """``fn`` run once per shard (``jax.shard_map``) when rules are in effect on a mesh of several
+    devices: a kernel XLA does not partition (a Pallas call) would otherwise be gathered whole onto
+    every device. ``names``: each argument's logical axis names; an axis without a split is whole
+    in every shard; the output is split like the first argument. Without rules, ``fn`` itself."""
+    in_effect = _IN_EFFECT.get()
+    if in_effect is None or in_effect[0].size == 1:
+        return fn
+    mesh, rules = in_effect
+
+    def whole(p: PartitionSpec) -> PartitionSpec:  # UNCONSTRAINED: not split inside the kernel's call
+        return PartitionSpec(*(None if a is PartitionSpec.UNCONSTRAINED else a for a in p))
+
+    def run(*args):
+        specs = tuple(whole(spec(n, a.shape, mesh, rules)) for n, a in zip(names, args, strict=True))
+        return jax.shard_map(fn, mesh=mesh, in_specs=specs, out_specs=specs[0], check_vma=False)(*args)
+
+    return run

@@ -19,7 +19,8 @@ CLASSIFIER_POOLINGS = ("cls", "mean")
 POSITION_EMBEDDINGS = ("absolute", "rotary")
 NORM_POSITIONS = ("post", "pre")
 FFNS = ("dense", "geglu")
-ATTENTION_IMPLS = ("xla", "cudnn", "explicit")
+# splash_interpret: the splash kernel in Pallas' interpreter (any backend: how the CPU tests check it).
+ATTENTION_IMPLS = ("xla", "cudnn", "explicit", "splash", "splash_interpret")
 DROPOUT_IMPLS = ("jax", "fused")
 EXECUTION_FIELDS = ("dtype", "scan_layers", "attention_impl", "dropout_impl")
 
@@ -156,8 +157,10 @@ class BertConfig:
     scan_layers: bool = True
     remat_policy: str = "none"  # none | full | dots_saveable | ... (jax.checkpoint_policies names)
     # jax.nn.dot_product_attention on XLA ("xla") or cuDNN's flash attention for padding masks
-    # ("cudnn"), unless probabilities or attention dropout are needed, or "explicit" softmax always.
-    attention_impl: Literal["xla", "cudnn", "explicit"] = "xla"
+    # ("cudnn"), or the TPU's Pallas splash attention ("splash": segment ids for padding and packing,
+    # ModernBERT's local windows; lengths a multiple of 128, else XLA), unless probabilities or
+    # attention dropout are needed, or "explicit" softmax always.
+    attention_impl: Literal["xla", "cudnn", "explicit", "splash", "splash_interpret"] = "xla"
     # How dropout draws its mask: "jax" (jax.random.bernoulli), "fused" (Threefry unrolled into the
     # dropout's fusion: bert_jax/model/dropout.py).
     dropout_impl: Literal["jax", "fused"] = "jax"

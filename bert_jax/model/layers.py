@@ -10,6 +10,7 @@ of ``nnx.split`` state.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Literal
 
@@ -19,9 +20,10 @@ import numpy as np
 from flax import nnx
 
 from bert_jax.model import axes
-from bert_jax.model.activation_sharding import constrain
+from bert_jax.model.activation_sharding import constrain, per_shard
 from bert_jax.model.config import ATTENTION_IMPLS, BertConfig, LayerSpec
 from bert_jax.model.dropout import Dropout
+from bert_jax.model.splash import segment_ids_from_mask, splash_applies, splash_attention
 from bert_jax.model.token_layout import PADDED, TokenLayout
 
 MaskKind = Literal["padding", "packed"]
@@ -76,15 +78,35 @@ def mask_kind(mask_shape: tuple[int, ...]) -> MaskKind:
     return "padding" if mask_shape[-2] == 1 else "packed"
 
 
-def attention_call(impl: str, kind: MaskKind) -> Literal["xla", "cudnn", "explicit"]:
-    """What ``attention_impl`` (a config's: xla, cudnn or explicit) runs for a mask of ``kind``:
-    "cudnn" (cuDNN's flash attention: bfloat16/float16, padding given as per-row key lengths, rows
-    padded at the end as every pipeline here builds them) takes padding masks and leaves packed rows,
-    which no key lengths express, to XLA."""
+def attention_call(impl: str, kind: MaskKind, shape: tuple[int, ...] = (), dtype=jnp.float32) -> str:
+    """What ``attention_impl`` (a config's) runs for a mask of ``kind`` and queries of ``shape``
+    [batch, length, heads, kv]: "cudnn" (cuDNN's flash attention: bfloat16/float16, padding given as
+    per-row key lengths, rows padded at the end as every pipeline here builds them) takes padding masks
+    and leaves packed rows, which no key lengths express, to XLA; "splash" (and its interpreted form)
+    takes both, at lengths and head widths the kernel takes (`splash.splash_applies`), else XLA."""
     if impl not in ATTENTION_IMPLS:
         raise ValueError(f"attention_impl {impl!r}: expected one of {ATTENTION_IMPLS} (bert_jax.resolve "
                          "resolves a job config's choice for its platform)")
-    return "xla" if impl == "cudnn" and kind == "packed" else impl  # type: ignore[return-value]
+    if impl.startswith("splash"):
+        return impl if shape and splash_applies(shape[1], shape[-1], dtype) else "xla"
+    return "xla" if impl == "cudnn" and kind == "packed" else impl
+
+
+def splash_layer(q, k, v, segment_ids, spec: LayerSpec | None, window: int, interpret: bool) -> jax.Array:
+    """Splash attention for a layer of ``spec`` (None: BERT's global layer): a local layer's window
+    (``window``, the config's) is static in the kernel, so a scanned stack, whose spec is data,
+    chooses between the global and the local kernel with ``lax.cond``. q, k, v: [batch, length,
+    heads, kv]; segment_ids: [batch, length]."""
+    def run(w):  # each device on its own rows and heads (a Pallas call is not partitioned by XLA)
+        heads = (axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_HEADS, axes.ACT_KV)
+        kernel = functools.partial(splash_attention, window=w or None, interpret=interpret)
+        return per_shard(kernel, heads, heads, heads, (axes.ACT_BATCH, axes.ACT_LENGTH))(q, k, v, segment_ids)
+
+    if spec is None or (isinstance(spec.window, int) and spec.window == 0):
+        return run(0)  # [batch, length, heads, kv]
+    if isinstance(spec.window, int):
+        return run(spec.window)
+    return jax.lax.cond(spec.window == 0, lambda: run(0), lambda: run(window))  # [batch, length, heads, kv]
 
 
 def local_mask(mask: jax.Array, window) -> jax.Array:
@@ -216,20 +238,23 @@ class SelfAttention(nnx.Module):
         v = constrain(layout.to_rows(self.value(x)), *heads)  # [batch, length, heads, kv]
         if cfg.rotary:
             q, k = rotary(q, positions, spec.rope_theta), rotary(k, positions, spec.rope_theta)
-        if spec is not None:
-            mask = local_mask(mask, spec.window)  # [batch, 1, length, length] in a local (or scanned) layer
         needs_dropout = not deterministic and cfg.attention_dropout_prob > 0.0
         probs = None
-        if return_probs or needs_dropout or cfg.attention_impl == "explicit":
+        explicit = return_probs or needs_dropout or cfg.attention_impl == "explicit"
+        impl = "explicit" if explicit else attention_call(cfg.attention_impl, mask_kind(mask.shape), q.shape, q.dtype)
+        if spec is not None and not impl.startswith("splash"):
+            mask = local_mask(mask, spec.window)  # [batch, 1, length, length] in a local (or scanned) layer
+        if impl.startswith("splash"):  # padding / packing as segment ids, the window as the kernel's block mask
+            ids = segment_ids_from_mask(mask)  # [batch, length]
+            ctx = splash_layer(q, k, v, ids, spec, cfg.local_window, interpret=impl == "splash_interpret")
+        elif impl == "explicit":
             ctx, probs = explicit_attention(q, k, v, mask, self.dropout, deterministic=deterministic, rngs=rngs)
+        elif impl == "cudnn":  # flash attention, padding as key lengths
+            keys = jnp.broadcast_to(mask[:, 0, 0, :], (q.shape[0], mask.shape[-1]))  # [batch, length]
+            lengths = keys.sum(-1, dtype=jnp.int32)  # [batch]: rows are padded at the end
+            ctx = jax.nn.dot_product_attention(q, k, v, key_value_seq_lengths=lengths, implementation="cudnn")
         else:
-            impl = attention_call(cfg.attention_impl, mask_kind(mask.shape))
-            if impl == "cudnn":  # flash attention, padding as key lengths
-                keys = jnp.broadcast_to(mask[:, 0, 0, :], (q.shape[0], mask.shape[-1]))  # [batch, length]
-                lengths = keys.sum(-1, dtype=jnp.int32)  # [batch]: rows are padded at the end
-                ctx = jax.nn.dot_product_attention(q, k, v, key_value_seq_lengths=lengths, implementation="cudnn")
-            else:
-                ctx = jax.nn.dot_product_attention(q, k, v, mask=mask, implementation=impl)
+            ctx = jax.nn.dot_product_attention(q, k, v, mask=mask, implementation=impl)
         ctx = constrain(ctx, *heads)  # [batch, length, heads, kv]
         out = constrain(self.output(layout.to_tokens(ctx)), axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_EMBED)
         return out, (probs if return_probs else None)

@@ -69,7 +69,8 @@ class OptimizerConfig:
     schedule: str  # one of SCHEDULES
     # The decay's power: 1 is linear (the paper's); 0.5 NVIDIA's LAMB recipe (bert_schedule).
     decay_power: float
-    # "wsd": the last decay_steps of num_train_steps decay (1 - sqrt); the others ignore it (0).
+    # "wsd": the last decay_steps of num_train_steps decay (1 - sqrt; 0: none in this run, a later
+    # phase decays); the other schedules ignore it (0).
     decay_steps: int
     # A multiplier on the learning rate of ELECTRA's generator (its encoder ``generator`` and its
     # masked-LM head ``mlm``; the embedding tables are the discriminator's and keep the base rate).
@@ -111,9 +112,9 @@ class OptimizerConfig:
         d = self.decay_steps
         if isinstance(d, bool) or not isinstance(d, int) or d < 0:
             bad("decay_steps", "an integer >= 0")
-        if self.schedule == "wsd" and not 0 < d <= self.num_train_steps - self.warmup_steps:
-            bad("decay_steps", f"for schedule 'wsd' an integer in [1, num_train_steps - warmup_steps = "
-                               f"{self.num_train_steps - self.warmup_steps}]")
+        if self.schedule == "wsd" and not d <= self.num_train_steps - self.warmup_steps:
+            bad("decay_steps", f"for schedule 'wsd' an integer in [0, num_train_steps - warmup_steps = "
+                               f"{self.num_train_steps - self.warmup_steps}] (0: no decay in this run)")
         if not isinstance(self.bias_correction, bool):
             bad("bias_correction", "a bool")
 
@@ -213,12 +214,13 @@ def wsd_schedule(learning_rate: float, warmup_steps: int, num_train_steps: int, 
         lr(t) = init_lr                                              t < N - D
         lr(t) = init_lr * (1 - sqrt((t - (N - D)) / D))              otherwise (0 from t = N on)
 
-    The stable phase has no end built in, so a run can be extended (a longer N) before its decay."""
+    The stable phase has no end built in, so a run can be extended (a longer N) before its decay;
+    ``decay_steps`` 0 holds the peak to the end (ModernBERT's phase 1: its decay is phase 2's)."""
     init, w, n, d = float(learning_rate), int(warmup_steps), int(num_train_steps), int(decay_steps)
 
     def schedule(step):
         t = jnp.asarray(step, jnp.float32)
-        into = jnp.clip((t - (n - d)) / d, 0.0, 1.0)  # the decay's progress, 0 until it starts
+        into = jnp.clip((t - (n - d)) / max(d, 1), 0.0, 1.0) if d else 0.0  # the decay's progress, 0 before it
         lr = init * (1.0 - jnp.sqrt(into))
         return lr if w == 0 else jnp.where(t < w, init * t / w, lr)
 

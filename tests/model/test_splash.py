@@ -142,3 +142,97 @@ def test_segment_ids_from_the_models_masks():
     np.testing.assert_array_equal(ids > 0, example_ids > 0)
     input_mask = (example_ids > 0).astype(jnp.int32)  # [batch, length]
     np.testing.assert_array_equal(segment_ids_from_mask(padding_mask(input_mask)), input_mask)
+
+
+# ------------------------------------------------------------------------------------------------
+# The kernel in the model: attention_impl="splash" (here "splash_interpret", what "splash" resolves to
+# on the CPU) against the XLA path, through the whole encoder.
+# ------------------------------------------------------------------------------------------------
+
+
+def _encoder_outputs(cfg, ids, mask, attention_mask=None):
+    """Last layer [batch, length, embed] and the gradient of a fixed projection of it w.r.t. the
+    parameters, with ``cfg``'s attention_impl."""
+    from flax import nnx
+
+    from bert_jax.model.encoder import BertEncoder
+
+    model = BertEncoder(cfg, rngs=nnx.Rngs(0))
+    graphdef, params = nnx.split(model, nnx.Param)
+    cot = jax.random.normal(jax.random.key(3), (*ids.shape, cfg.hidden_size))  # [batch, length, embed]
+    real = mask[..., None].astype(jnp.float32)  # [batch, length, 1]: padding rows carry no cotangent
+
+    def f(p):
+        out = nnx.merge(graphdef, p)(ids, mask, jnp.zeros_like(ids), attention_mask=attention_mask).sequence_output
+        return (out * cot * real).sum(), out
+
+    (_, out), grads = jax.value_and_grad(f, has_aux=True)(params)
+    return out, grads
+
+
+@pytest.mark.parametrize("family,scan,packed", [
+    ("modernbert", True, False), pytest.param("modernbert", False, True, marks=pytest.mark.slow), ("bert", True, True)])
+def test_the_model_with_splash_matches_xla(family, scan, packed):
+    """The encoder under attention_impl "splash" (interpreted on the CPU) gives the XLA path's last layer
+    (1e-5 relative) and parameter gradients (1e-4) at real positions: padded rows, packed rows, a
+    ModernBERT local window (every other layer: window 32 of 128 tokens), scanned and unrolled."""
+    import dataclasses
+
+    from bert_jax.model.config import BertConfig
+    from bert_jax.model.encoder import packed_mask
+
+    size = "modernbert-tiny" if family == "modernbert" else "tiny"
+    extra = dict(local_window=32, global_every=2) if family == "modernbert" else {}
+    cfg = BertConfig.from_size(size, vocab_size=97, num_layers=2, scan_layers=scan, hidden_dropout_prob=0.0,
+                               attention_dropout_prob=0.0, **extra)
+    rng = np.random.default_rng(0)
+    ids = jnp.asarray(rng.integers(5, 97, (2, 128)), jnp.int32)
+    mask = np.ones((2, 128), np.int32)
+    mask[1, 90:] = 0
+    attention_mask = None
+    if packed:
+        example = np.where(np.arange(128) < 50, 1, 2)[None].repeat(2, 0) * mask  # two examples a row
+        attention_mask = packed_mask(jnp.asarray(example))
+    mask = jnp.asarray(mask)
+    xla = _encoder_outputs(cfg, ids, mask, attention_mask)
+    splash = _encoder_outputs(dataclasses.replace(cfg, attention_impl="splash_interpret"), ids, mask, attention_mask)
+    real = np.asarray(mask, bool)
+    a, b = np.asarray(xla[0])[real], np.asarray(splash[0])[real]
+    assert np.abs(a - b).max() <= 1e-5 * np.abs(a).max()
+    # Relative to the largest gradient: some are zero in exact arithmetic (the keys' bias under softmax).
+    g = np.concatenate([np.ravel(x) for x in jax.tree.leaves(xla[1])])
+    h = np.concatenate([np.ravel(x) for x in jax.tree.leaves(splash[1])])
+    assert np.abs(g - h).max() <= 1e-4 * np.abs(g).max()
+
+
+def test_splash_runs_per_shard_on_a_mesh():
+    """On a mesh of 8 devices (data 4 x tensor 2) under the activation rules the kernel runs per shard
+    (`activation_sharding.per_shard`: rows over data, heads over tensor) and gives the XLA path's output."""
+    import dataclasses
+
+    from flax import nnx
+
+    from bert_jax.model.activation_sharding import rules_in_effect
+    from bert_jax.model.config import BertConfig
+    from bert_jax.model.encoder import BertEncoder
+    from bert_jax.training.sharding import DEFAULT_RULES, make_mesh
+
+    mesh = make_mesh((4, 1, 2))
+    cfg = BertConfig.from_size("modernbert-tiny", vocab_size=97, num_layers=2, local_window=32, global_every=2)
+    ids = jnp.asarray(np.random.default_rng(1).integers(5, 97, (4, 128)), jnp.int32)  # [batch, length]
+    mask = jnp.ones((4, 128), jnp.int32).at[2, 70:].set(0)  # [batch, length]
+    out = {}
+    for impl in ("xla", "splash_interpret"):
+        model = BertEncoder(dataclasses.replace(cfg, attention_impl=impl), rngs=nnx.Rngs(0))
+        graphdef, params = nnx.split(model)
+
+        def f(p, graphdef=graphdef):
+            with rules_in_effect(mesh, DEFAULT_RULES):
+                return nnx.merge(graphdef, p)(ids, mask, jnp.zeros_like(ids)).sequence_output
+
+        out[impl] = np.asarray(jax.jit(f)(params))
+        if impl == "splash_interpret":
+            assert "shard_map" in str(jax.make_jaxpr(f)(params))  # the kernel ran per shard
+    real = np.asarray(mask, bool)
+    a, b = out["xla"][real], out["splash_interpret"][real]
+    assert np.abs(a - b).max() <= 1e-5 * np.abs(a).max()

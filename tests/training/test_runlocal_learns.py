@@ -24,8 +24,8 @@ pytestmark = pytest.mark.slow
 ELECTRA_GENERATOR = pytest.mark.xfail(strict=True, reason="the runlocal generator stays below the unigram baseline")
 
 
-@pytest.mark.parametrize("model", ["bert", "roberta", "albert",
-                                   pytest.param("electra", marks=ELECTRA_GENERATOR)])
+@pytest.mark.parametrize("model", ["bert", "roberta", "albert", pytest.param("electra", marks=ELECTRA_GENERATOR),
+                                   "modernbert"])
 def test_runlocal_learns(model, load_config, tmp_path, caplog, wikipedia_dump, minilm_dir):
     config = load_config("pretrain", "runlocal" if model == "bert" else f"model={model},runlocal")
     _, baseline = unigram_baseline(config, eval_epochs=1)
@@ -41,3 +41,19 @@ def test_runlocal_learns(model, load_config, tmp_path, caplog, wikipedia_dump, m
         assert accuracy > baseline["accuracy"], (accuracy, baseline)
     else:
         assert accuracy >= 1.5 * baseline["accuracy"], (accuracy, baseline)
+
+
+def test_runlocal_modernbert_fine_tunes_on_the_reviews(load_config, tmp_path, minilm_dir):
+    """ModernBERT's runlocal workdir fine-tunes on the demo's review sentences through the usual
+    command (configs/sentiment.py with init_checkpoint = the workdir) and beats the majority class."""
+    pretrain = load_config("pretrain", "model=modernbert,runlocal")
+    pretrain.num_train_steps = pretrain.optimizer.num_train_steps = 200
+    pretrain.optimizer.decay_steps = 50
+    launch.run(pretrain, tmp_path / "pretrained")
+    config = load_config("sentiment", "lr=2e-4")
+    config.init_checkpoint = str(tmp_path / "pretrained")
+    config.num_train_steps, config.batch_size, config.max_seq_length = 300, 32, 64
+    results = launch.run(config, tmp_path / "reviews")
+    accuracy = results["summary"]["dev"]["accuracy"]["mean"]
+    print(f"modernbert runlocal -> reviews dev accuracy {accuracy:.4f}")
+    assert accuracy > 0.6, results["summary"]  # the majority class is ~0.5 (labels by the sign of the score)
