@@ -12,7 +12,6 @@ real processes. docs/robustness.md has the table.
 
 from __future__ import annotations
 
-import gc
 import importlib
 import importlib.util
 import os
@@ -185,7 +184,6 @@ def test_checkpoint_of_another_size(tmp_path, capsys, monkeypatch):
             "--config.eval_every=0", "--config.checkpoint_every=1"]
     mini = [*tiny, "--config.model.size=mini"]
     assert run_main("train.py", [*tiny, f"--workdir={tmp_path / 'tiny'}"], monkeypatch) == 0
-    gc.unfreeze()  # train.py's main froze the objects for its exit; this process goes on
     capsys.readouterr()
     before = tree(tmp_path)
     status = run_main("train.py", [*mini, f"--workdir={tmp_path / 'mini'}",

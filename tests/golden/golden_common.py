@@ -60,3 +60,25 @@ def start(doc: str, out: Path, argv: list[str] | None = None) -> argparse.Namesp
     torch.set_num_threads(2)
     transformers.utils.logging.disable_progress_bar()
     return args
+
+
+def versions(*modules) -> dict:
+    """``<name>_version`` of each module (torch, transformers, ...) and Python's, as numpy strings:
+    what every golden file records of the code that made it."""
+    import platform
+
+    import numpy as np
+
+    v = {f"{mod.__name__}_version": mod.__version__ for mod in (*modules, np)}
+    return {k: np.str_(s) for k, s in {**v, "python_version": platform.python_version()}.items()}
+
+
+def perturb(model, seed: int) -> None:
+    """Adds 0.1 * N(0, 1) to every parameter of a torch model, in place (tied parameters stay tied,
+    moved once)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn(p.shape, generator=gen))

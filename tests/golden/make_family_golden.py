@@ -18,7 +18,6 @@ tables and embedding LayerNorm equal the discriminator's, as in ELECTRA's pre-tr
 
 from __future__ import annotations
 
-import platform
 import sys
 from pathlib import Path
 
@@ -26,7 +25,7 @@ import numpy as np
 import safetensors
 import torch
 import transformers
-from golden_common import saved, start  # tests/golden/golden_common.py (the script's directory)
+from golden_common import perturb, saved, start, versions  # tests/golden/golden_common.py (the script's directory)
 from transformers import (
     AlbertConfig,
     AlbertForPreTraining,
@@ -55,21 +54,6 @@ ELECTRA_GEN = dict(ELECTRA_DISC, hidden_size=16, num_attention_heads=2, intermed
 ROBERTA = dict(COMMON, hidden_size=32, num_hidden_layers=2, intermediate_size=37, max_position_embeddings=40,
                type_vocab_size=1, hidden_act="gelu", layer_norm_eps=1e-5, pad_token_id=1, bos_token_id=0,
                eos_token_id=2)
-
-
-def _versions() -> dict[str, np.str_]:
-    v = {"torch_version": torch.__version__, "transformers_version": transformers.__version__,
-         "numpy_version": np.__version__, "safetensors_version": safetensors.__version__,
-         "python_version": platform.python_version()}
-    return {k: np.str_(s) for k, s in v.items()}
-
-
-@torch.no_grad()
-def perturb(model: torch.nn.Module, seed: int) -> None:
-    """Adds 0.1 * N(0, 1) to every parameter, in place (tied parameters stay tied, moved once)."""
-    gen = torch.Generator().manual_seed(seed)
-    for p in model.parameters():
-        p.add_(0.1 * torch.randn(p.shape, generator=gen))
 
 
 def inputs(seed: int, pad_id: int, *, segments: bool) -> dict[str, torch.Tensor]:
@@ -151,7 +135,8 @@ def main(argv: list[str] | None = None) -> None:
         with torch.no_grad():
             arrays = make()
         path = args.out / f"{family}_golden.npz"
-        np.savez_compressed(path, **arrays, regenerate=np.str_(REGENERATE), **_versions())
+        np.savez_compressed(path, **arrays, regenerate=np.str_(REGENERATE),
+                            **versions(torch, transformers, safetensors))
         size = path.stat().st_size
         assert size < 500_000, f"{path} is {size} bytes (limit 500 KB)"
         n = sum(k.endswith("config_json") for k in arrays)

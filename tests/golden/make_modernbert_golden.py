@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import platform
 import shutil
 import sys
 import tempfile
@@ -35,7 +34,13 @@ import safetensors
 import tokenizers
 import torch
 import transformers
-from golden_common import load_package_data, read_review_sentences, start  # tests/golden/golden_common.py
+from golden_common import (  # tests/golden/golden_common.py
+    load_package_data,
+    perturb,
+    read_review_sentences,
+    start,
+    versions,
+)
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 from transformers import AutoTokenizer, ModernBertConfig, ModernBertForMaskedLM, ModernBertModel
 
@@ -80,21 +85,6 @@ EDGE_CASES = [
     ("Who won?", "The home team, 3-1."),
     ("Is this the first segment?", "Yes, and THIS is the second one."),
 ]
-
-
-def _versions() -> dict[str, np.str_]:
-    v = {"torch_version": torch.__version__, "transformers_version": transformers.__version__,
-         "tokenizers_version": tokenizers.__version__, "numpy_version": np.__version__,
-         "safetensors_version": safetensors.__version__, "python_version": platform.python_version()}
-    return {k: np.str_(s) for k, s in v.items()}
-
-
-@torch.no_grad()
-def perturb(model: torch.nn.Module, seed: int) -> None:
-    """Adds 0.1 * N(0, 1) to every parameter, in place (the tied decoder stays tied, moved once)."""
-    gen = torch.Generator().manual_seed(seed)
-    for p in model.parameters():
-        p.add_(0.1 * torch.randn(p.shape, generator=gen))
 
 
 def inputs(seed: int, name: str, vocab: int, pad_id: int) -> dict[str, torch.Tensor]:
@@ -170,7 +160,7 @@ def make_model(name: str, seed: int, out: Path) -> None:
         hidden_states=torch.stack(out_mlm.hidden_states).numpy(), last_hidden_state=base.last_hidden_state.numpy(),
         logits=out_mlm.logits.numpy(), eager_vs_sdpa_max_abs_diff=np.float32(eager_diff),
         attn_implementation=np.str_(model.config._attn_implementation),
-        regenerate=np.str_(REGENERATE), **_versions())
+        regenerate=np.str_(REGENERATE), **versions(torch, transformers, tokenizers, safetensors))
     for p in sorted(d.iterdir()):
         p.chmod(0o644)  # save_pretrained leaves model.safetensors private
         assert p.stat().st_size < LIMIT, f"{p} is {p.stat().st_size} bytes (limit {LIMIT})"
@@ -223,7 +213,7 @@ def make_tokenizer(d: Path, bpe_dir: Path, reviews: Path) -> None:
         tokenizer_sha256=np.str_(hashlib.sha256((d / "tokenizer.json").read_bytes()).hexdigest()),
         reference=np.str_("transformers AutoTokenizer.from_pretrained(modernbert_l3/) (PreTrainedTokenizerFast "
                           "over tokenizer.json): [CLS] a [SEP] (b [SEP]), no truncation"),
-        regenerate=np.str_(REGENERATE), **_versions())
+        regenerate=np.str_(REGENERATE), **versions(torch, transformers, tokenizers, safetensors))
     print(f"{d.name}/tokenizer.json: {len(hf)} ids; tokenizer_ids.npz: {len(rows)} rows, {offsets[-1]} ids")
 
 

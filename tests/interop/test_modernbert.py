@@ -267,17 +267,8 @@ def test_extract_features_from_a_modernbert_dir(golden, built, tmp_path):
     np.testing.assert_allclose(out["layer_-1"][real], np.asarray(enc.sequence_output)[real], atol=1e-5)
 
 
-FAMILY_SCRIPT = r"""
-import json, sys, numpy as np, torch, transformers
-for d in sys.argv[1:]:
-    arch = json.load(open(d + "/config.json"))["architectures"][0]
-    model, info = getattr(transformers, arch).from_pretrained(d, output_loading_info=True)
-    x = np.load(d + "/inputs.npz")
-    with torch.no_grad():
-        out = model.eval()(**{k: torch.tensor(x[k], dtype=torch.long) for k in x.files})
-    np.savez(d + "/torch_out.npz", logits=out.logits.numpy())
-    json.dump({k: sorted(map(str, v)) for k, v in info.items()}, open(d + "/loading_info.json", "w"))
-"""
+# The family's script (transformers loads each exported directory and runs it): its logits are ours to compare.
+from tests.interop.test_export_transformers import FAMILY_SCRIPT  # noqa: E402
 
 
 @pytest.mark.slow
@@ -308,3 +299,23 @@ def test_transformers_loads_our_export(golden, built, tmp_path):
         assert info["missing_keys"] == [] and info["unexpected_keys"] == [] and info["mismatched_keys"] == []
         ref = np.load(tmp_path / name / "torch_out.npz")["logits"]
         np.testing.assert_allclose(ours[name][g.real], ref[g.real], atol=1e-4, err_msg=name)
+
+
+def test_fine_tuning_model_and_server_take_a_modernbert_dir(golden, load_config):
+    """The fine-tuning task's model (a ModernBERT word table padded past its tokenizer: 2,048 rows,
+    2,005 ids) and the server's engine (``python -m bert_jax.serve --init hf:DIR``) take the directory;
+    a BERT checkpoint with a tokenizer of another size is still refused."""
+    from bert_jax.finetuning.task import model_config
+    from bert_jax.resolve import resolve
+    from bert_jax.serve.engine import load
+
+    g = golden("l3")
+    warm = open_init_checkpoint(f"hf:{g.directory}")
+    config = resolve(load_config("sentiment", "runlocal"), "cpu")  # as the job resolves it
+    cfg = model_config(config, warm, 2005, "classification")
+    assert cfg.vocab_size == 2048 and cfg.rotary and cfg.use_pooler  # a fresh pooler for the classifier
+    with pytest.raises(ValueError, match="has vocab_size=2048 but the vocabulary"):
+        model_config(config, warm, 2049, "classification")
+    engine = load(f"hf:{g.directory}", max_seq_length=32, max_batch=2)
+    out = engine.run(engine.encode(["a short review", "another one"]))
+    assert all(np.isfinite(v).all() for v in out.values())
