@@ -210,7 +210,7 @@ RATIOS = {("bert", "base"): 0.995, ("bert", "large"): 0.986, ("roberta", "base")
           ("electra", "base"): 0.99, ("electra", "large"): 0.997}
 
 
-FAST = {("bert", "base"), ("albert", "base"), ("electra", "small")}  # one of each encoder; the rest ~1-3 s each
+FAST = {("bert", "base"), ("albert", "base")}  # BERT's encoder and a shared block; the rest are slow
 
 
 @pytest.mark.parametrize("model,size", [x if x in FAST else pytest.param(*x, marks=pytest.mark.slow)

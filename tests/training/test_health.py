@@ -389,7 +389,7 @@ def test_trainer_prints_one_warning_and_records_step0(tmp_path, load_config, mon
             self.index %= 4  # each evaluation sees the same 4 batches
             return batch
 
-    monkeypatch.setattr(trainer, "make_input", lambda config, split, block=(0, 1):
+    monkeypatch.setattr(pretraining, "make_input", lambda config, split, block=(0, 1):
                         Eval(seed=99) if split == "eval" else MarkovBatches(seed=1))
     launch.run(_markov_config(load_config, 30, **OLD_RUNLOCAL), tmp_path)
     out = capsys.readouterr().out
