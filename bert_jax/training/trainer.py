@@ -251,7 +251,7 @@ def _first_missing(workdir) -> Path | None:
 
 
 def _has_checkpoints(path: Path) -> bool:
-    return any(p.name.isdigit() for pattern in ("**/checkpoints/*",) for p in path.glob(pattern))
+    return any(p.name.isdigit() for p in path.glob("**/checkpoints/*"))
 
 
 def check_counts(config) -> None:
