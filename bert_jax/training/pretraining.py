@@ -345,8 +345,10 @@ def eval_source(config) -> str | None:
 
 
 def evaluate(eval_fn, state, data, num_batches: int, mesh, rules,
-             interrupted: Callable[[], bool] = lambda: False) -> dict | None:
-    """Held-out metrics over ``num_batches`` batches; None if ``interrupted()`` turns true on the way."""
+             interrupted: Callable[[], bool] = lambda: False, train_counts=None) -> dict | None:
+    """Held-out metrics over ``num_batches`` batches; None if ``interrupted()`` turns true on the way.
+    ``train_counts`` (the training batches' masked labels, `health.LabelCounts.counts`): adds
+    ``mlm_unigram_cross_entropy``, the held-out labels' loss under their frequencies."""
     totals = None
     for _ in range(num_batches):
         if interrupted():
@@ -355,7 +357,10 @@ def evaluate(eval_fn, state, data, num_batches: int, mesh, rules,
         # over every device (each would compile a program; one such add aborted a CPU test run).
         sums = jax.device_get(eval_fn(state.params, sh.global_batch(next(data), mesh, rules)))
         totals = sums if totals is None else jax.tree.map(np.add, totals, sums)
-    return {k: float(v) for k, v in summarize(totals).items()}
+    result = {k: float(v) for k, v in summarize(totals).items()}
+    if train_counts is not None and "mlm_label_counts" in totals and train_counts.sum():
+        result["mlm_unigram_cross_entropy"] = health.unigram_cross_entropy(train_counts, totals["mlm_label_counts"])
+    return result
 
 
 def step0_reference(workdir) -> dict | None:
@@ -431,6 +436,9 @@ class PreTraining:
                                             total_steps=config.num_train_steps)
         self.batches = None
         self.last_eval: dict = {}
+        # The masked labels of the training batches this process has read since it started: the
+        # fitted unigram model the generator's warning compares against (`health.unigram_sign`).
+        self.label_counts = health.LabelCounts(self.model.vocab_size)
 
     def runs(self, workdir) -> list[tuple[int, object]]:
         return [(self.config.seed, workdir)]
@@ -456,13 +464,23 @@ class PreTraining:
             self.data.restore(per_process[self.block[0]])
         if self.is_main and start > 0:
             self.monitor.reference = step0_reference(workdir)
-        place = placing(self.config, self.mesh, self.rules, steps.accumulation_steps)
+        placed = placing(self.config, self.mesh, self.rules, steps.accumulation_steps)
+
+        def place(batch):
+            return placed(self.label_counts.add(batch))
+
         if not self.config.prefetch_batches:
-            return map(place, self.data)
+            return self.counted(map(place, self.data))
         from bert_jax.training.prefetch import DevicePrefetch  # read, pack and place ahead while the step runs
 
         self.batches = DevicePrefetch(self.data, place, self.config.prefetch_batches)
-        return self.batches
+        return self.counted(self.batches)
+
+    def counted(self, batches):
+        """``batches`` as they are, each one's labels counted as the step takes it (`health.LabelCounts`)."""
+        for batch in batches:
+            self.label_counts.commit()
+            yield batch
 
     def meta(self, step: int) -> dict:
         states = gather_data_states((self.batches or self.data).state(), self.block[0])
@@ -476,7 +494,7 @@ class PreTraining:
         if self.eval_data.state() != self.eval_start:
             self.eval_data.restore(self.eval_start)
         result = evaluate(steps.eval_fn, state, self.eval_data, self.config.eval_steps, self.mesh, self.rules,
-                          interrupted)
+                          interrupted, self.label_counts.counts)
         if result is None:
             return False
         self.last_eval = result

@@ -248,16 +248,20 @@ def test_readout_warning_once_above_the_threshold_at_evaluations(capsys):
 
 
 def test_unigram_warning_at_the_last_evaluation_only():
-    generator = {"token_spread": 0.8, "mlm_loss": 8.0, "mlm_unigram_entropy": 7.01, "rtd_loss": 0.3}
+    generator = {"token_spread": 0.8, "mlm_loss": 8.0, "mlm_unigram_cross_entropy": 7.01, "rtd_loss": 0.3,
+                 "mlm_unigram_entropy": 6.4}
     m = _monitor(total_steps=250)
     assert m.check(100, generator, "eval") is None  # not the end yet
     assert m.check(250, generator, "train") is None  # the last train window is not held out
     line = m.check(250, generator, "eval")
     assert line == ("WARNING: at the end of pre-training (step 250, held-out evaluation) the generator's held-out "
                     "loss 8.00 nats is above the unigram cross-entropy 7.01 nats of the masked tokens (the loss of "
-                    "predicting each by its frequency among them): it predicts them no better than their own "
-                    "frequencies would.")
-    assert _monitor(total_steps=250).check(250, {**generator, "mlm_loss": 6.5}, "eval") is None
+                    "predicting each by its frequency in the training batches): it predicts them no better than "
+                    "token frequencies would.")
+    # Between the held-out tokens' own entropy and the fitted unigram's loss: better than any unigram model.
+    assert _monitor(total_steps=250).check(250, {**generator, "mlm_loss": 6.8}, "eval") is None
+    no_reference = {k: v for k, v in generator.items() if k != "mlm_unigram_cross_entropy"}
+    assert _monitor(total_steps=250).check(250, no_reference, "eval") is None  # no training labels counted
     bert = {k: v for k, v in generator.items() if k != "rtd_loss"}
     assert _monitor(total_steps=250).check(250, bert, "eval") is None  # a masked LM: judged by accuracy
     assert _monitor().check(250, generator, "eval") is None  # total_steps unknown: not checked
@@ -397,3 +401,26 @@ def test_trainer_prints_one_warning_and_records_step0(tmp_path, load_config, mon
     evals = read_metrics(tmp_path, "eval")
     assert [r["step"] for r in evals] == [0, 10, 20, 30]
     assert pretraining.step0_reference(tmp_path)["token_spread"] == evals[0]["token_spread"]
+
+
+def test_label_counts_and_the_fitted_unigram_cross_entropy():
+    counts = health.LabelCounts(6)
+    batch = {"masked_lm_ids": np.array([[1, 2, 2, 0], [5, 1, 1, 3]]),
+             "masked_lm_weights": np.array([[1, 1, 1, 0], [1, 1, 0, 0]], np.float32)}
+    assert counts.add(batch) is batch
+    counts.add({"input_ids": np.zeros((2, 4), np.int32)})  # no labels: nothing counted
+    counts.add({**batch, "masked_lm_weights": np.ones((2, 4), np.float32)})  # read ahead, not taken yet
+    assert not counts.counts.any()  # noted, not counted
+    counts.commit()
+    counts.commit()
+    np.testing.assert_array_equal(counts.counts, [0, 2, 2, 0, 0, 1])
+    held_out = np.array([0, 3, 1, 0, 0, 0])
+    # add-one over 6 ids: q(1) = 3/11, q(2) = 3/11
+    assert health.unigram_cross_entropy(counts.counts, held_out) == pytest.approx(-np.log(3 / 11))
+    rng = np.random.default_rng(0)
+    train, held = rng.integers(0, 50, 200), rng.integers(0, 5, 200)
+    p = held / held.sum()
+    entropy = -(p[p > 0] * np.log(p[p > 0])).sum()
+    assert health.unigram_cross_entropy(train, held) > entropy  # Gibbs: no fitted model beats their own frequencies
+    assert np.isnan(health.unigram_cross_entropy(np.zeros(6), held_out))
+    assert np.isnan(health.unigram_cross_entropy(counts.counts, np.zeros(6)))

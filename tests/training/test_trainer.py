@@ -39,7 +39,12 @@ def test_outputs(straight_run):
     for key in ("loss", "mlm_accuracy", "nsp_accuracy", "learning_rate", "grad_norm", "param_norm",
                 "steps_per_sec", "examples_per_sec"):
         assert key in train[-1], key
-    assert [r["step"] for r in read_metrics(workdir, "eval")] == [0, 3, 6]  # step 0: the health reference
+    evals = read_metrics(workdir, "eval")
+    assert [r["step"] for r in evals] == [0, 3, 6]  # step 0: the health reference
+    # The fitted unigram's held-out loss: from the training batches taken, so none before step 1; no
+    # fitted model beats the held-out labels' own frequencies.
+    assert "mlm_unigram_cross_entropy" not in evals[0]
+    assert all(r["mlm_unigram_cross_entropy"] > r["mlm_unigram_entropy"] for r in evals[1:])
     assert last["train"]["loss"] == train[-1]["loss"]
     assert list((workdir / "tensorboard" / "train").glob("events.out.tfevents.*"))
 

@@ -1,0 +1,80 @@
+r"""Measures ELECTRA's ``runlocal`` discriminator against a generator that samples the unigram
+distribution from step 0: the generator's MLM output bias starts at the log frequencies of the
+training split's masked labels (one pass), so its samples skip the early phase of near-uniform
+tokens that token identity alone detects. docs/records.md, "The runlocal recipes", has the figures.
+
+    python tests/measure_electra_unigram_generator.py --workdir /tmp/electra_unigram --lr 5e-4 --steps 1000
+    python tests/measure_electra_unigram_generator.py --workdir /tmp/eu --lr 1e-3 --generator_lr_scale 0.5 \
+        --rtd_prior 0.15
+
+Runs the trainer as ``train.py --config configs/pretrain.py:model=electra,runlocal`` does, with the
+generator's own tables (``electra.tie_embeddings=False``), 10% warmup, and the held-out metrics in
+WORKDIR/metrics.jsonl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).parents[1]
+
+
+def log_frequencies(config) -> np.ndarray:
+    """Centred log frequencies (add-one) of the masked labels in one pass over the training split."""
+    from input_pipeline.pretraining.dataset import make_pretraining_dataset
+
+    counts = np.ones(config.model.vocab_size)
+    data = make_pretraining_dataset(config, split="train", batch_size=config.batch_size)
+    while True:
+        batch = next(data)
+        if data.state()["epoch"] >= 1:
+            break
+        weights = np.asarray(batch["masked_lm_weights"]) > 0
+        np.add.at(counts, np.asarray(batch["masked_lm_ids"])[weights], 1)
+    log_q = np.log(counts / counts.sum()).astype(np.float32)
+    return log_q - log_q.mean()
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("--lr", type=float, default=5e-4)
+    parser.add_argument("--generator_lr_scale", type=float, default=1.0)
+    parser.add_argument("--rtd_prior", type=float, default=0.0)
+    parser.add_argument("--steps", type=int, default=1000)
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    import jax
+
+    from bert_jax import launch
+    from bert_jax.config_args import load_config_file
+    from bert_jax.training import pretraining
+
+    config = load_config_file("pretrain", "model=electra,runlocal")
+    config.electra.tie_embeddings = False
+    config.electra.rtd_prior = args.rtd_prior
+    config.optimizer.learning_rate = args.lr
+    config.optimizer.generator_lr_scale = args.generator_lr_scale
+    config.num_train_steps = config.optimizer.num_train_steps = args.steps
+    config.optimizer.warmup_steps = args.steps // 10
+    log_q = log_frequencies(config)
+    fresh = pretraining.initial_state
+
+    def unigram_generator(cfg, layout):
+        state = fresh(cfg, layout)
+        bias = state.params["mlm"]["output_bias"]  # the generator's MLM head (GENERATOR_PARAMS)
+        params = {**state.params, "mlm": {**state.params["mlm"],
+                                          "output_bias": jax.device_put(log_q[: bias.shape[0]], bias.sharding)}}
+        return dataclasses.replace(state, params=params)
+
+    pretraining.initial_state = unigram_generator  # this measurement only: the trainer's own start otherwise
+    launch.run(config, args.workdir)
+
+
+if __name__ == "__main__":
+    main()
