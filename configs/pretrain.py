@@ -259,7 +259,7 @@ def check(args):
         raise ValueError(f"size={args.size} with runlocal: runlocal trains the tiny model; leave out size= "
                          f"(or drop runlocal)")
     if args.phase not in (1, 2):
-        raise ValueError(f"phase={args.phase}: expected 1 (length 128) or 2 (length 512)")
+        raise ValueError(f"phase={args.phase}: expected 1 or 2")
     if args.model not in PHASED and args.phase != 1:
         raise ValueError(f"phase applies to model={' or model='.join(PHASED)}; the {args.model} recipe has one phase")
     if args.recipe not in ("", "lamb"):

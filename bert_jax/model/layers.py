@@ -102,9 +102,9 @@ def splash_layer(q, k, v, segment_ids, spec: LayerSpec | None, window: int, inte
         kernel = functools.partial(splash_attention, window=w or None, interpret=interpret)
         return per_shard(kernel, heads, heads, heads, (axes.ACT_BATCH, axes.ACT_LENGTH))(q, k, v, segment_ids)
 
-    if spec is None or (isinstance(spec.window, int) and spec.window == 0):
+    if spec is None:
         return run(0)  # [batch, length, heads, kv]
-    if isinstance(spec.window, int):
+    if isinstance(spec.window, int):  # an unrolled layer: its own window (0: global)
         return run(spec.window)
     return jax.lax.cond(spec.window == 0, lambda: run(0), lambda: run(window))  # [batch, length, heads, kv]
 

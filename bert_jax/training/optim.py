@@ -220,7 +220,7 @@ def wsd_schedule(learning_rate: float, warmup_steps: int, num_train_steps: int, 
 
     def schedule(step):
         t = jnp.asarray(step, jnp.float32)
-        into = jnp.clip((t - (n - d)) / max(d, 1), 0.0, 1.0) if d else 0.0  # the decay's progress, 0 before it
+        into = jnp.clip((t - (n - d)) / d, 0.0, 1.0) if d else 0.0  # the decay's progress, 0 before it
         lr = init * (1.0 - jnp.sqrt(into))
         return lr if w == 0 else jnp.where(t < w, init * t / w, lr)
 
