@@ -6,15 +6,21 @@ tokens that token identity alone detects. docs/records.md, "The runlocal recipes
     python tests/measure_electra_unigram_generator.py --workdir /tmp/electra_unigram --lr 5e-4 --steps 1000
     python tests/measure_electra_unigram_generator.py --workdir /tmp/eu --lr 1e-3 --generator_lr_scale 0.5 \
         --rtd_prior 0.15
+    python tests/measure_electra_unigram_generator.py --workdir /tmp/eu0 --lr 1e-3 --steps 600 \
+        --set model.hidden_dropout_prob=0 --set model.attention_dropout_prob=0
+    python tests/measure_electra_unigram_generator.py --workdir /tmp/pre --start fresh --lr 1e-3 --steps 600 \
+        --set model.hidden_dropout_prob=0 --set model.attention_dropout_prob=0 --set model.norm_position=pre
 
 Runs the trainer as ``train.py --config configs/pretrain.py:model=electra,runlocal`` does, with the
 generator's own tables (``electra.tie_embeddings=False``), 10% warmup, and the held-out metrics in
-WORKDIR/metrics.jsonl.
+WORKDIR/metrics.jsonl. ``--start fresh`` keeps the generator's usual start (the comparison runs).
+``--set KEY=VALUE`` (repeatable) sets any other config key, or a `BertConfig` field in ``model.``.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import sys
 from pathlib import Path
@@ -47,6 +53,10 @@ def main(argv=None) -> None:
     parser.add_argument("--generator_lr_scale", type=float, default=1.0)
     parser.add_argument("--rtd_prior", type=float, default=0.0)
     parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--start", choices=("unigram", "fresh"), default="unigram",
+                        help="the generator's output bias: the log frequencies, or as the trainer starts it")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="another config key, e.g. model.hidden_dropout_prob=0")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     import jax
@@ -62,6 +72,22 @@ def main(argv=None) -> None:
     config.optimizer.generator_lr_scale = args.generator_lr_scale
     config.num_train_steps = config.optimizer.num_train_steps = args.steps
     config.optimizer.warmup_steps = args.steps // 10
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--set {item!r}: expected KEY=VALUE")
+        try:
+            value = ast.literal_eval(value)
+        except (ValueError, SyntaxError):  # a bare word: a string
+            pass
+        *path, last = key.split(".")
+        node = config
+        for part in path:
+            node = node[part]
+        node[last] = value  # a new key where the section has none (model.norm_position)
+    if args.start == "fresh":
+        launch.run(config, args.workdir)
+        return
     log_q = log_frequencies(config)
     fresh = pretraining.initial_state
 

@@ -20,8 +20,9 @@ pytestmark = pytest.mark.slow
 
 
 # No ELECTRA setting measured keeps its discriminator (AUC >= 0.75, no warning) once the generator
-# passes the unigram baseline (docs/records.md, "The runlocal recipes"): strict, so the test says when
-# a recipe fixes it.
+# passes the unigram baseline: at this size and budget neither ELECTRA's discriminator nor BERT's masked
+# LM learns the context that takes (tests/measure_rtd_detectors.py; docs/records.md, "The runlocal
+# recipes"). Strict, so the test says when a recipe fixes it.
 ELECTRA_GENERATOR = pytest.mark.xfail(strict=True, reason="the discriminator collapses once the runlocal "
                                                           "generator passes the unigram baseline")
 
@@ -63,7 +64,7 @@ def test_runlocal_modernbert_fine_tunes_on_the_reviews(load_config, tmp_path, mi
 
 
 def test_a_bigram_table_detects_unigram_replacements(wikipedia_dump, minilm_dir):
-    """tests/measure_bigram_rtd_auc.py, the reference the ELECTRA bar is read against: with the masked
+    """tests/measure_rtd_detectors.py, the yardstick the ELECTRA bar is read against: with the masked
     positions refilled from the unigram distribution, token identity carries no signal and a bigram
     table does (docs/records.md: 0.747 against 0.508)."""
     import importlib.util
@@ -71,8 +72,8 @@ def test_a_bigram_table_detects_unigram_replacements(wikipedia_dump, minilm_dir)
 
     from bert_jax.config_args import load_config_file
 
-    path = Path(__file__).parents[1] / "measure_bigram_rtd_auc.py"
-    spec = importlib.util.spec_from_file_location("measure_bigram_rtd_auc", path)
+    path = Path(__file__).parents[1] / "measure_rtd_detectors.py"
+    spec = importlib.util.spec_from_file_location("measure_rtd_detectors", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     got = module.measure(load_config_file("pretrain", "model=electra,runlocal"), epochs=1, k=0.1, seed=0)
