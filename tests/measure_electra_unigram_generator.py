@@ -15,6 +15,9 @@ Runs the trainer as ``train.py --config configs/pretrain.py:model=electra,runloc
 generator's own tables (``electra.tie_embeddings=False``), 10% warmup, and the held-out metrics in
 WORKDIR/metrics.jsonl. ``--start fresh`` keeps the generator's usual start (the comparison runs).
 ``--set KEY=VALUE`` (repeatable) sets any other config key, or a `BertConfig` field in ``model.``.
+``--encoder_from WORKDIR`` starts the discriminator's encoder from a masked LM's workdir (ELECTRA's
+two-stage training, Clark et al. 2020, §3.2), e.g. ModernBERT's ``runlocal`` with ``--set
+model.size=modernbert-tiny --set model.embedding_size=None``.
 """
 
 from __future__ import annotations
@@ -55,11 +58,14 @@ def main(argv=None) -> None:
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--start", choices=("unigram", "fresh"), default="unigram",
                         help="the generator's output bias: the log frequencies, or as the trainer starts it")
+    parser.add_argument("--encoder_from", metavar="WORKDIR",
+                        help="start the discriminator's encoder from a masked LM's pre-training workdir")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="another config key, e.g. model.hidden_dropout_prob=0")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     import jax
+    from flax import traverse_util
 
     from bert_jax import launch
     from bert_jax.config_args import load_config_file
@@ -85,22 +91,36 @@ def main(argv=None) -> None:
         for part in path:
             node = node[part]
         node[last] = value  # a new key where the section has none (model.norm_position)
-    if args.start == "fresh":
-        launch.run(config, args.workdir)
-        return
-    log_q = log_frequencies(config)
+    if args.encoder_from:  # stacked layers, the layout checkpoints store
+        config.model.scan_layers = "true"
+    log_q = log_frequencies(config) if args.start == "unigram" else None
+    encoder = encoder_params(args.encoder_from) if args.encoder_from else {}
     fresh = pretraining.initial_state
 
-    def unigram_generator(cfg, layout):
+    def start(cfg, layout):
         state = fresh(cfg, layout)
-        bias = state.params["mlm"]["output_bias"]  # the generator's MLM head (GENERATOR_PARAMS)
-        params = {**state.params, "mlm": {**state.params["mlm"],
-                                          "output_bias": jax.device_put(log_q[: bias.shape[0]], bias.sharding)}}
-        return dataclasses.replace(state, params=params)
+        flat = traverse_util.flatten_dict(state.params, sep="/")
+        for key, value in {**encoder, **({"mlm/output_bias": log_q} if log_q is not None else {})}.items():
+            if key.startswith("bert/") and key not in flat:
+                continue
+            here = flat[key]  # mlm/: the generator's MLM head (GENERATOR_PARAMS)
+            value = np.asarray(value, here.dtype)[: here.shape[0]] if key == "mlm/output_bias" else value
+            if value.shape != here.shape:
+                raise ValueError(f"--encoder_from {args.encoder_from}: {key} is {value.shape}, the "
+                                 f"discriminator's {here.shape} (set the same model.size and embedding_size)")
+            flat[key] = jax.device_put(np.asarray(value, here.dtype), here.sharding)
+        return dataclasses.replace(state, params=traverse_util.unflatten_dict(flat, sep="/"))
 
-    pretraining.initial_state = unigram_generator  # this measurement only: the trainer's own start otherwise
+    pretraining.initial_state = start  # this measurement only: the trainer's own start otherwise
     launch.run(config, args.workdir)
 
+
+def encoder_params(workdir: str) -> dict:
+    """The ``bert/`` parameters (flat, stacked layers) of a pre-training workdir's newest checkpoint."""
+    from bert_jax.training.checkpoints import read_params
+
+    stored, _ = read_params(workdir)
+    return {k: v for k, v in stored.items() if k.startswith("bert/")}
 
 if __name__ == "__main__":
     main()
