@@ -100,15 +100,20 @@ def main(argv=None) -> None:
     def start(cfg, layout):
         state = fresh(cfg, layout)
         flat = traverse_util.flatten_dict(state.params, sep="/")
-        for key, value in {**encoder, **({"mlm/output_bias": log_q} if log_q is not None else {})}.items():
-            if key.startswith("bert/") and key not in flat:
-                continue
-            here = flat[key]  # mlm/: the generator's MLM head (GENERATOR_PARAMS)
-            value = np.asarray(value, here.dtype)[: here.shape[0]] if key == "mlm/output_bias" else value
-            if value.shape != here.shape:
+        if encoder:
+            ours = {k for k in flat if k.startswith("bert/")}
+            if ours != set(encoder):
+                raise ValueError(f"--encoder_from {args.encoder_from}: the encoders differ in "
+                                 f"{sorted(ours ^ set(encoder))} (set the same model.size and embedding_size)")
+        new = dict(encoder)
+        if log_q is not None:
+            # the generator's MLM head (GENERATOR_PARAMS)
+            new["mlm/output_bias"] = log_q[: flat["mlm/output_bias"].shape[0]]
+        for key, value in new.items():
+            if value.shape != flat[key].shape:
                 raise ValueError(f"--encoder_from {args.encoder_from}: {key} is {value.shape}, the "
-                                 f"discriminator's {here.shape} (set the same model.size and embedding_size)")
-            flat[key] = jax.device_put(np.asarray(value, here.dtype), here.sharding)
+                                 f"discriminator's {flat[key].shape} (set the same model.size and embedding_size)")
+            flat[key] = jax.device_put(np.asarray(value, flat[key].dtype), flat[key].sharding)
         return dataclasses.replace(state, params=traverse_util.unflatten_dict(flat, sep="/"))
 
     pretraining.initial_state = start  # this measurement only: the trainer's own start otherwise
@@ -121,6 +126,7 @@ def encoder_params(workdir: str) -> dict:
 
     stored, _ = read_params(workdir)
     return {k: v for k, v in stored.items() if k.startswith("bert/")}
+
 
 if __name__ == "__main__":
     main()

@@ -20,9 +20,11 @@ pytestmark = pytest.mark.slow
 
 
 # No ELECTRA setting measured keeps its discriminator (AUC >= 0.75, no warning) once the generator
-# passes the unigram baseline: in this budget the discriminator learns no context, on BERT's encoder or
-# ModernBERT's, where ModernBERT's masked LM of the same size does (tests/measure_rtd_detectors.py;
-# docs/records.md, "The runlocal recipes"). Strict, so the test says when a recipe fixes it.
+# passes the unigram baseline: trained from scratch in this budget the discriminator learns no context,
+# on BERT's encoder or ModernBERT's, where ModernBERT's masked LM of the same size does
+# (tests/measure_rtd_detectors.py). Started from that masked LM's encoder (ELECTRA's two-stage training,
+# which the trainer cannot run yet) it meets the bars (docs/records.md, "The runlocal recipes").
+# Strict, so the test says when a recipe fixes it.
 ELECTRA_GENERATOR = pytest.mark.xfail(strict=True, reason="the discriminator collapses once the runlocal "
                                                           "generator passes the unigram baseline")
 
