@@ -102,17 +102,15 @@ def main(argv=None) -> None:
         flat = traverse_util.flatten_dict(state.params, sep="/")
         if encoder:
             ours = {k for k in flat if k.startswith("bert/")}
-            if ours != set(encoder):
-                raise ValueError(f"--encoder_from {args.encoder_from}: the encoders differ in "
-                                 f"{sorted(ours ^ set(encoder))} (set the same model.size and embedding_size)")
+            wrong = sorted(ours ^ set(encoder)) + [k for k in ours & set(encoder) if encoder[k].shape != flat[k].shape]
+            if wrong:
+                raise ValueError(f"--encoder_from {args.encoder_from}: the encoders differ in {wrong} (set the "
+                                 "same model.size and embedding_size)")
         new = dict(encoder)
         if log_q is not None:
             # the generator's MLM head (GENERATOR_PARAMS)
             new["mlm/output_bias"] = log_q[: flat["mlm/output_bias"].shape[0]]
         for key, value in new.items():
-            if value.shape != flat[key].shape:
-                raise ValueError(f"--encoder_from {args.encoder_from}: {key} is {value.shape}, the "
-                                 f"discriminator's {flat[key].shape} (set the same model.size and embedding_size)")
             flat[key] = jax.device_put(np.asarray(value, flat[key].dtype), flat[key].sharding)
         return dataclasses.replace(state, params=traverse_util.unflatten_dict(flat, sep="/"))
 

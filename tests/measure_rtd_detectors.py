@@ -135,6 +135,7 @@ def measure(config, epochs: int, k: float, seed: int, mlm: str | None = None,
         replaced_ids = np.where(masked, rng.choice(vocab, size=ids.shape, p=q), ids)
         replaced = masked & (replaced_ids != ids)  # a sample equal to the original counts as original
         disc_logits = score_disc(replaced_ids, real) if score_disc else None  # [batch, length]
+        # Real tokens come first in a row (padding after): positions 1 .. n-2 are the same in row and t.
         for r, (row, keep, label) in enumerate(zip(replaced_ids, real, replaced, strict=True)):
             t, y, n = row[keep], label[keep], int(keep.sum())
             for i in range(1, n - 1):
