@@ -42,8 +42,9 @@ def dry_run(config, workdir) -> str:
 def _pretraining(c, workdir, mesh) -> list[str]:
     from bert_jax.resolve import described_model
     from bert_jax.training import sharding as sh
-    from bert_jax.training.pretraining import accumulation_steps, eval_source, vocab_size_of
+    from bert_jax.training.pretraining import accumulation_steps, check_start, eval_source, vocab_size_of
 
+    check_start(c)
     d = c.data
     vocab_size = vocab_size_of(c)
     model = described_model(c.model, vocab_size=vocab_size)
@@ -126,6 +127,9 @@ def _start(c, workdir, model) -> tuple[int, str]:
         if c.init_mode == "params":
             return 0, f"start: step 0 with the parameters of {c.init_checkpoint} at step {found[-1]:,} " \
                       "(init_mode=params: a fresh optimizer)"
+        if c.init_mode == "encoder":
+            return 0, f"start: step 0 with the encoder of {c.init_checkpoint} at step {found[-1]:,}, the rest " \
+                      f"fresh (seed {c.seed}; init_mode=encoder: a fresh optimizer)"
         line = f"start: {c.init_checkpoint}'s state at step {found[-1]:,} (parameters, optimizer, step; " \
                "init_mode=state: its schedule continues)"
         saved = source / "config.json"

@@ -29,7 +29,7 @@ def get_config(arg=None):
     args.steps = args.steps or DEFAULT_STEPS[args.model]
     args.lr = args.lr or DEFAULT_LR[args.model]
     if args.model == "electra":
-        config = load_config_file("pretrain", "model=electra,runlocal")
+        config = load_config_file("pretrain", "model=electra,runlocal,scratch")  # one stage, from scratch
         config.model.update(embedding_size=None, use_pooler=False)
     else:
         config = load_config_file("pretrain", "size=tiny,objective=nsp,masking=dynamic,runlocal")

@@ -5,10 +5,14 @@ Named arguments: model (bert | roberta | albert | electra | modernbert: the reci
 base | large; modernbert: base | large), masking (static | dynamic), objective (nsp | sop | none), phase
 (bert: 1: length 128 to step 900k, 2: length 512 to 1M on phase 1's state; modernbert: 1: length
 1,024, 2: the context extension to 8,192 on phase 1's parameters), runlocal (the tiny model on the
-gensim Wikipedia excerpt, a few CPU minutes), synthetic (random batches), recipe (lamb: You et al.
-2019, `lamb`), per_device (rows per device in a micro-batch; the step accumulates the rest).
+gensim Wikipedia excerpt, a few CPU minutes; electra: on a ModernBERT runlocal workdir's encoder),
+scratch (electra's runlocal in one stage, from scratch), synthetic (random batches), recipe (lamb: You
+et al. 2019, `lamb`), per_device (rows per device in a micro-batch; the step accumulates the rest).
 
     python train.py --config configs/pretrain.py:runlocal --workdir /tmp/bert_tiny
+    python train.py --config configs/pretrain.py:model=modernbert,runlocal --workdir /tmp/modernbert_tiny
+    python train.py --config configs/pretrain.py:model=electra,runlocal --workdir /tmp/electra_tiny \
+        --config.init_checkpoint=/tmp/modernbert_tiny
 
 The paper's two phases on a host or a pod slice: docs/pretraining.md; the LAMB recipe: docs/lamb.md.
 """
@@ -32,7 +36,7 @@ PHASED = ("bert", "modernbert")  # the recipes with a phase 2 (phase=2)
 
 # The family's recipes (docs/family.md): what each sets on top of BERT's config, as data. "all": every
 # size; a size's name: that size on top; "runlocal": the CPU variant on top of BERT's runlocal (batch 32,
-# 600 steps, 10% warmup at "lr").
+# 600 steps, 10% warmup at "lr"); "runlocal_scratch": the same with the scratch argument.
 RECIPES = {
     # Bias correction: without it the first steps at this short warmup are several times lr and the
     # tiny model collapses (docs/records.md, "Why runlocal collapsed").
@@ -82,12 +86,21 @@ RECIPES = {
         "large": dict(data=dict(max_seq_length=512, max_predictions_per_seq=128, masked_lm_prob=0.25),
                       batch_size=2048, num_train_steps=400_000,
                       optimizer=dict(learning_rate=2e-4, num_train_steps=400_000)),
-        # lr 2e-4 with bias correction, 300 steps of which 30 warm up: the family's 1e-3 collapses the
-        # discriminator at this scale (docs/records.md, "ELECTRA at small scale").
-        "runlocal": dict(lr=2e-4, model=dict(size="tiny", embedding_size=64, use_pooler=False),
-                         data=dict(max_seq_length=128, max_predictions_per_seq=20, masked_lm_prob=0.15),
-                         num_train_steps=300,
-                         optimizer=dict(bias_correction=True, num_train_steps=300, warmup_steps=30)),
+        # Two-stage (Clark et al. 2020, §3.2): the discriminator's encoder starts from ModernBERT's runlocal
+        # masked LM (init_checkpoint, init_mode "encoder"); from scratch it learns no context in a CPU
+        # budget (docs/records.md, "The runlocal recipes"). So that encoder and recipe, lr 1e-3, own tables.
+        "runlocal": dict(lr=1e-3, model=dict(size="modernbert-tiny", embedding_size=None, use_pooler=False),
+                         electra=dict(tie_embeddings=False), init_mode="encoder",
+                         data=dict(max_seq_length=128, max_predictions_per_seq=38, masked_lm_prob=0.3),
+                         optimizer=dict(optimizer="adamw", bias_correction=True, b2=0.98, eps=1e-6,
+                                        weight_decay=1e-5, schedule="wsd", decay_steps=150)),
+        # scratch: one stage on BERT's tiny encoder, lr 2e-4 with bias correction, 300 steps of which 30
+        # warm up (1e-3 collapses the discriminator: docs/records.md, "ELECTRA at small scale"). A smoke
+        # run of the pipeline and the step that learns no context; the demo's ELECTRA builds on it.
+        "runlocal_scratch": dict(lr=2e-4, model=dict(size="tiny", embedding_size=64, use_pooler=False),
+                                 data=dict(max_seq_length=128, max_predictions_per_seq=20, masked_lm_prob=0.15),
+                                 num_train_steps=300,
+                                 optimizer=dict(bias_correction=True, num_train_steps=300, warmup_steps=30)),
     },
     # ModernBERT: `modernbert` below applies its phases and sizes.
     "modernbert": {
@@ -128,7 +141,7 @@ LAMB_OPTIMIZER = dict(optimizer="lamb", weight_decay=0.01, b1=0.9, b2=0.999, eps
 
 def get_config(arg=None):
     args = parse_arg(arg, model="bert", size="", masking="", objective="", phase=1, runlocal=False,
-                     synthetic=False, recipe="", per_device=0)
+                     scratch=False, synthetic=False, recipe="", per_device=0)
     check(args)
     if args.runlocal and args.model in FAMILY_SIZE_NAMES:  # the recipe's runlocal names the tiny model
         args.size = ""
@@ -235,7 +248,7 @@ def get_config(arg=None):
         config.data.update(input="pkg:wikipedia", vocab="pkg:minilm/vocab.txt", eval_fraction=0.05,
                            masking="dynamic", shuffle_buffer=2_000)
         config.log_every, config.eval_every, config.eval_steps, config.checkpoint_every = 20, 100, 5, 100
-        local = dict(recipe["runlocal"])
+        local = dict(recipe["runlocal_scratch" if args.scratch else "runlocal"])
         config.batch_size, config.num_train_steps = 32, 600
         config.optimizer.update(learning_rate=local.pop("lr"), num_train_steps=600, warmup_steps=60)
         update(config, local)
@@ -266,6 +279,9 @@ def check(args):
         raise ValueError(f"recipe={args.recipe!r}: expected lamb (or leave it out for the paper's Adam)")
     if args.recipe and args.model != "bert":
         raise ValueError(f"recipe=lamb applies to model=bert; the {args.model} recipe has its own optimizer")
+    if args.scratch and not (args.model == "electra" and args.runlocal):
+        raise ValueError("scratch applies to model=electra,runlocal (ELECTRA's one-stage smoke run); the other "
+                         "recipes start from scratch already")
     if args.per_device < 0:
         raise ValueError(f"per_device={args.per_device}: expected rows per device > 0 (0: no accumulation)")
 

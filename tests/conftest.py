@@ -169,8 +169,9 @@ def load_config():
 def tiny_config():
     """``tiny_config(steps=6, model="bert", **overrides)``: tiny pre-training on synthetic batches
     (vocabulary 101, length 16, batch 8), data-parallel over the 8 fake CPU devices; log/checkpoint/eval
-    every 2/3/3. ``model`` picks the family's recipe (configs/pretrain.py: roberta, albert, electra);
-    ``model_overrides`` updates ``config.model``."""
+    every 2/3/3. ``model`` picks the family's recipe (configs/pretrain.py: roberta, albert, electra,
+    modernbert; ELECTRA's from scratch unless ``init_mode="encoder"`` and an ``init_checkpoint`` are
+    passed); ``model_overrides`` updates ``config.model``."""
 
     def tiny_config(steps=6, model="bert", model_overrides=None, **kw):
         arg = "size=tiny" if model == "bert" else f"model={model}"
@@ -179,9 +180,11 @@ def tiny_config():
         c.data.update(max_seq_length=16, max_predictions_per_seq=4)
         c.batch_size = 8
         c.num_train_steps = steps
-        c.optimizer.update(num_train_steps=6, warmup_steps=2)
+        c.optimizer.update(num_train_steps=6, warmup_steps=2, decay_steps=min(c.optimizer.decay_steps, 2))
         c.log_every, c.checkpoint_every, c.eval_every, c.eval_steps = 2, 3, 3, 2
         c.mesh_shape = (-1, 1, 1)  # data-parallel over the 8 fake CPU devices
+        if c.init_mode == "encoder":  # ELECTRA's two-stage runlocal: from scratch unless the caller gives a start
+            c.init_mode = "state"
         for k, v in kw.items():
             c[k] = v
         c.model.update(model_overrides or {})

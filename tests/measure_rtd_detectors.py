@@ -154,7 +154,7 @@ def measure(config, epochs: int, k: float, seed: int, mlm: str | None = None,
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", default="configs/pretrain.py:model=electra,runlocal")
+    parser.add_argument("--config", default="configs/pretrain.py:model=electra,runlocal,scratch")  # 15% masked
     parser.add_argument("--epochs", type=int, default=1, help="passes over the training split counted")
     parser.add_argument("--k", type=float, default=0.1, help="add-k smoothing of the bigram towards unigram")
     parser.add_argument("--seed", type=int, default=0)

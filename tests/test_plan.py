@@ -99,3 +99,19 @@ def test_modernbert_phases_plan(load_config, tmp_path):
     assert "length 8192, 2458 predictions per row" in text[2] and "batch 576" in text[2]
     assert "init_mode=params: a fresh optimizer" in text[2]
     assert "lr 0.0003, warmup 0 steps, schedule wsd to step 53,000 (the last 10,600 decaying)" in text[2]
+
+
+def test_electra_runlocal_plan_starts_from_a_masked_lm(load_config, tmp_path):
+    """configs/pretrain.py:model=electra,runlocal (docs/family.md): the discriminator's encoder from
+    ModernBERT's runlocal workdir, the rest fresh at step 0; with no workdir named, the error gives
+    the first stage's command."""
+    c = load_config("pretrain", "model=electra,runlocal")
+    with pytest.raises(ValueError, match="configs/pretrain.py:model=modernbert,runlocal --workdir"):
+        launch.dry_run(c, tmp_path / "electra")
+    (tmp_path / "mb" / "checkpoints" / "600").mkdir(parents=True)
+    c.init_checkpoint = str(tmp_path / "mb")
+    text = launch.dry_run(c, tmp_path / "electra")
+    assert f"start: step 0 with the encoder of {tmp_path / 'mb'} at step 600, the rest fresh (seed 0" in text
+    assert "model: modernbert-tiny (2 layers x 128" in text and "objective rtd" in text
+    assert "steps: 0 -> 600" in text and "schedule wsd to step 600 (the last 150 decaying)" in text
+    assert not (tmp_path / "electra").exists()

@@ -323,21 +323,22 @@ class Checkpointer:
                     step, f"{len(differ)} arrays differ from what was saved (fingerprint), first {differ[0]}", hint))
         return _split(out.state, target), dict(out.meta)
 
-    def restore_params(self, target: Any, step: int | None = None) -> Any:
+    def restore_params(self, target: Any, step: int | None = None, *, what: str = "parameters") -> Any:
         """The ``params`` of a saved `TrainState` alone, into ``target`` (ShapeDtypeStructs with
-        shardings, `StateLayout.target().params`): the optimizer state and step on disk are not read
-        (phase 2 of the LAMB recipe starts from phase 1's parameters with a fresh optimizer)."""
+        shardings, `StateLayout.target().params`, or a part of it: ``{"bert": ...}``): the optimizer
+        state and step on disk are not read (phase 2 of the LAMB recipe starts from phase 1's
+        parameters with a fresh optimizer). ``what`` names ``target`` in errors."""
         step = self.latest_step() if step is None else step
         if step is None:
             raise FileNotFoundError(f"{self.directory}: no checkpoint to restore")
         item = {"params": to_stored(target)}
-        self._check_shapes(step, item, "its parameters do not fit this model", False)
+        self._check_shapes(step, item, f"its {what} do not fit this model", False, partial=True)
         args = ocp.args.PyTreeRestore(item, restore_args=ocp.checkpoint_utils.construct_restore_args(item),
                                       partial_restore=True)
         try:
             out = self._restore(step, ocp.args.Composite(state=args))
         except (ValueError, KeyError) as e:
-            raise CheckpointRestoreError(self._cannot(step, f"its parameters do not fit this model: {e}", False)) from e
+            raise CheckpointRestoreError(self._cannot(step, f"its {what} do not fit this model: {e}", False)) from e
         except Exception as e:  # unreadable: truncated or missing files, tensorstore errors
             raise CheckpointRestoreError(self._cannot(step, f"{type(e).__name__}: {e}", False)) from e
         return _split(out.state["params"], target)
@@ -351,12 +352,18 @@ class Checkpointer:
             _quiet_abandoned_reads()
             raise
 
-    def _check_shapes(self, step: int, stored_target: Any, reason: str, hint: bool) -> None:
+    def _check_shapes(self, step: int, stored_target: Any, reason: str, hint: bool, partial: bool = False) -> None:
         """Raises `CheckpointRestoreError` naming the first array whose shape on disk differs from
         ``stored_target``'s (the target in `to_stored`'s layout), before any array is read: a restore
         that fails part-way leaves TensorStore's reads completing into Orbax's closed event loop, a
-        screenful of "Event loop is closed" tracebacks after the error line."""
+        screenful of "Event loop is closed" tracebacks after the error line. ``partial`` (a part of
+        the state is read): also an array of the target that the checkpoint lacks."""
         stored = _stored_shapes(self.directory / str(step) / "state")
+        missing = [name for name in _shapes(stored_target) if stored and name not in stored] if partial else []
+        if missing:
+            raise CheckpointRestoreError(self._cannot(
+                step, f"{reason}: {len(missing)} arrays of this model are not in the checkpoint, first {missing[0]}",
+                hint))
         for name, shape in _shapes(stored_target).items():
             if name in stored and stored[name] != shape:
                 raise CheckpointRestoreError(self._cannot(

@@ -6,9 +6,9 @@ with gradient accumulation over micro-batches in a ``lax.scan``; ``eval_step`` s
 metrics), jitted by `bert_jax.training.steps.jit_steps` (`build_steps`: the same function serves the
 trainer, the benchmark and ahead-of-time compilation); the input (each process its own share of
 every global batch, `make_input`, prefetched onto the devices in a background thread), whose
-position every checkpoint records; the start (``init_checkpoint``: phase 1's state or parameters);
-the held-out evaluation at step 0 and every ``eval_every`` steps on the same batches each time; and
-the collapse warning (`bert_jax.training.health`). Batches have the layout of
+position every checkpoint records; the start (``init_checkpoint``: phase 1's state or parameters, or
+a masked LM's encoder); the held-out evaluation at step 0 and every ``eval_every`` steps on the same
+batches each time; and the collapse warning (`bert_jax.training.health`). Batches have the layout of
 `input_pipeline.pretraining.batch`.
 """
 
@@ -378,24 +378,42 @@ def step0_reference(workdir) -> dict | None:
 # ------------------------------------------------------------------------------------------------
 
 # What init_checkpoint carries over: "state" (parameters, optimizer state and step: the paper's phase 2
-# continues phase 1's schedule) or "params" (parameters only: the LAMB recipe's phase 2).
-INIT_MODES = ("state", "params")
+# continues phase 1's schedule), "params" (parameters only: the LAMB recipe's phase 2) or "encoder" (the
+# encoder's parameters ``bert/`` only, into a fresh state of any objective: ELECTRA's discriminator
+# started from a masked LM, Clark et al. 2020, §3.2).
+INIT_MODES = ("state", "params", "encoder")
+ENCODER = "bert"  # the encoder's key in every pre-training model's parameters
+
+
+def check_start(config) -> None:
+    """``init_mode`` is one of `INIT_MODES`, and "encoder" has an ``init_checkpoint`` to take it from."""
+    if config.init_mode not in INIT_MODES:
+        raise ValueError(f"config.init_mode={config.init_mode!r}: expected one of {INIT_MODES}")
+    if config.init_mode == "encoder" and not config.init_checkpoint:
+        raise ValueError("init_mode=encoder starts the encoder from a masked LM's workdir: set "
+                         "--config.init_checkpoint=WORKDIR (ELECTRA's runlocal: the workdir of python train.py "
+                         "--config configs/pretrain.py:model=modernbert,runlocal --workdir /tmp/modernbert_tiny), "
+                         "or --config.init_mode=state to start from scratch")
 
 
 def initial_state(config, layout) -> TrainState:
     """``init_checkpoint`` per ``init_mode`` (`INIT_MODES`), else a fresh state (the trainer has
     looked for the workdir's own checkpoint first)."""
+    check_start(config)
     if not config.init_checkpoint:
         return layout.create(config.seed)
     mode = config.init_mode
-    if mode not in INIT_MODES:
-        raise ValueError(f"config.init_mode={mode!r}: expected one of {INIT_MODES}")
     if not (as_path(config.init_checkpoint) / "checkpoints").is_dir():  # Orbax would create it
         raise FileNotFoundError(f"--config.init_checkpoint={config.init_checkpoint}: no checkpoints/ directory "
                                 f"(expected the workdir of a pre-training run)")
     source = Checkpointer(config.init_checkpoint)
     try:
-        if mode == "params":  # a new run on old weights: step 0, fresh optimizer, its own schedule
+        if mode == "encoder":  # the rest (heads, a generator) as a fresh start of this seed initialises it
+            state = layout.create(config.seed)
+            target = layout.target().params
+            encoder = source.restore_params({ENCODER: target[ENCODER]}, what="encoder's parameters")
+            state = layout.from_params({**state.params, ENCODER: encoder[ENCODER]})
+        elif mode == "params":  # a new run on old weights: step 0, fresh optimizer, its own schedule
             state = layout.from_params(source.restore_params(layout.target().params))
         else:
             state, _ = source.restore(layout.target(), hint=False)
@@ -418,6 +436,7 @@ class PreTraining:
 
     def __init__(self, config, is_main: bool):
         self.config, self.is_main = config, is_main
+        check_start(config)
         self.model = model_config(config, vocab_size_of(config))
         if config.data.max_seq_length > self.model.max_length:
             raise ValueError(f"--config.data.max_seq_length={config.data.max_seq_length}: expected at most "

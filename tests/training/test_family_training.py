@@ -66,8 +66,9 @@ def test_finetuning_restores_the_encoder(straight):
 @pytest.mark.slow  # ~1-2 minutes per model on 2 cores
 @pytest.mark.parametrize("model", ["roberta", "albert", "electra"])
 def test_train_py_runlocal_resumes_and_fine_tunes(model, tmp_path):
-    """The documented commands on the gensim Wikipedia excerpt (shortened): pre-train, resume from
-    the checkpoint, then fine-tune the sentiment task from the workdir through train.py."""
+    """The documented commands on the gensim Wikipedia excerpt (shortened): pre-train (ELECTRA on a
+    ModernBERT workdir's encoder), resume from the checkpoint, then fine-tune the sentiment task from
+    the workdir through train.py."""
     import os
     import subprocess
     import sys
@@ -82,7 +83,12 @@ def test_train_py_runlocal_resumes_and_fine_tunes(model, tmp_path):
 
     pre = tmp_path / "pre"
     flags = ["--config.checkpoint_every=20", "--config.eval_every=20", "--config.log_every=10"]
-    train(f"configs/pretrain.py:model={model},runlocal", pre, "--config.num_train_steps=20", *flags)
+    if model == "electra":  # its first stage, ModernBERT's runlocal masked LM (docs/family.md)
+        train("configs/pretrain.py:model=modernbert,runlocal", tmp_path / "mlm", "--config.num_train_steps=20", *flags)
+        flags.append(f"--config.init_checkpoint={tmp_path / 'mlm'}")
+    first = train(f"configs/pretrain.py:model={model},runlocal", pre, "--config.num_train_steps=20", *flags)
+    if model == "electra":
+        assert f"initialised from {tmp_path / 'mlm'} (encoder) at step 0" in first.stderr
     second = train(f"configs/pretrain.py:model={model},runlocal", pre, "--config.num_train_steps=30", *flags)
     assert "resumed from" in second.stderr and "at step 20" in second.stderr
     rows = read_metrics(pre, "train")

@@ -325,9 +325,9 @@ class MarkovBatches:
 
 
 def _markov_config(load_config, steps: int, **optimizer):
-    """The tiny ELECTRA of configs/pretrain.py:model=electra,runlocal (its recipe, unless
+    """The tiny ELECTRA of configs/pretrain.py:model=electra,runlocal,scratch (its recipe, unless
     ``optimizer`` overrides it) on `MarkovBatches`, evaluated every 10 steps on 4 batches."""
-    c = load_config("pretrain", "model=electra,runlocal,synthetic")
+    c = load_config("pretrain", "model=electra,runlocal,scratch,synthetic")
     c.model.vocab_size = V
     c.data.update(max_seq_length=LENGTH, max_predictions_per_seq=P)
     c.batch_size, c.num_train_steps = ROWS, steps
@@ -373,7 +373,7 @@ def test_old_electra_runlocal_recipe_is_flagged(load_config, capsys):
 
 @pytest.mark.slow  # ~60 s on 2 cores
 def test_runlocal_electra_recipe_stays_healthy(load_config, capsys):
-    """configs/pretrain.py's ELECTRA runlocal recipe on the same data: no warning in 100 steps, and
+    """configs/pretrain.py's one-stage ELECTRA runlocal recipe on the same data: no warning in 100 steps, and
     the discriminator ranks replaced tokens (the old recipe sits at AUC 0.5 from step 20 on)."""
     c = _markov_config(load_config, 100)
     assert (c.optimizer.learning_rate, c.optimizer.bias_correction) != (1e-3, False)

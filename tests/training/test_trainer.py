@@ -159,9 +159,10 @@ def test_every_config_builds_abstractly(load_config):
 
 
 def test_electra_settings_name_a_bad_prior(load_config):
-    c = load_config("pretrain", "model=electra,runlocal")
+    c = load_config("pretrain", "model=electra")
     assert pretraining.electra_settings(c) == {"generator_fraction": 0.25, "rtd_weight": 50.0, "rtd_prior": 0.0,
                                              "tie_embeddings": True}
+    assert not pretraining.electra_settings(load_config("pretrain", "model=electra,runlocal"))["tie_embeddings"]
     c.electra.rtd_prior = 0.15
     assert pretraining.electra_settings(c)["rtd_prior"] == 0.15
     c.electra.rtd_prior = 1.5
