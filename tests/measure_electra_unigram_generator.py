@@ -93,39 +93,23 @@ def main(argv=None) -> None:
         for part in path:
             node = node[part]
         node[last] = value  # a new key where the section has none (model.norm_position)
-    if args.encoder_from:  # stacked layers, the layout checkpoints store
-        config.model.scan_layers = "true"
-    log_q = log_frequencies(config) if args.start == "unigram" else None
-    encoder = encoder_params(args.encoder_from) if args.encoder_from else {}
+    if args.encoder_from:  # the trainer's own two-stage start (init_mode=encoder)
+        config.init_checkpoint, config.init_mode = args.encoder_from, "encoder"
+    if args.start == "fresh":
+        launch.run(config, args.workdir)
+        return
+    log_q = log_frequencies(config)
     fresh = pretraining.initial_state
 
     def start(cfg, layout):
         state = fresh(cfg, layout)
         flat = traverse_util.flatten_dict(state.params, sep="/")
-        if encoder:
-            ours = {k for k in flat if k.startswith("bert/")}
-            wrong = sorted(ours ^ set(encoder)) + [k for k in ours & set(encoder) if encoder[k].shape != flat[k].shape]
-            if wrong:
-                raise ValueError(f"--encoder_from {args.encoder_from}: the encoders differ in {wrong} (set the "
-                                 "same model.size and embedding_size)")
-        new = dict(encoder)
-        if log_q is not None:
-            # the generator's MLM head (GENERATOR_PARAMS)
-            new["mlm/output_bias"] = log_q[: flat["mlm/output_bias"].shape[0]]
-        for key, value in new.items():
-            flat[key] = jax.device_put(np.asarray(value, flat[key].dtype), flat[key].sharding)
+        bias = flat["mlm/output_bias"]  # the generator's MLM head (GENERATOR_PARAMS)
+        flat["mlm/output_bias"] = jax.device_put(np.asarray(log_q[: bias.shape[0]], bias.dtype), bias.sharding)
         return dataclasses.replace(state, params=traverse_util.unflatten_dict(flat, sep="/"))
 
     pretraining.initial_state = start  # this measurement only: the trainer's own start otherwise
     launch.run(config, args.workdir)
-
-
-def encoder_params(workdir: str) -> dict:
-    """The ``bert/`` parameters (flat, stacked layers) of a pre-training workdir's newest checkpoint."""
-    from bert_jax.training.checkpoints import read_params
-
-    stored, _ = read_params(workdir)
-    return {k: v for k, v in stored.items() if k.startswith("bert/")}
 
 
 if __name__ == "__main__":
