@@ -14,7 +14,7 @@ What "auto" means per platform lives here, one pure function of the platform's n
 
 * ``model.dtype``: `resolve_dtype` (bfloat16 on GPU/TPU, float32 on CPU);
 * ``model.scan_layers`` ("true" / "false", the strings ml_collections holds): `resolve_scan`
-  (unrolled on CPU, scanned elsewhere and for ALBERT's shared block);
+  (unrolled on CPU and NVIDIA GPUs, scanned on TPUs and ROCm, and for ALBERT's shared block);
 * ``model.attention_impl``: `resolve_attention` (cuDNN's flash attention on an NVIDIA GPU where it
   applies: bfloat16/float16, a head width that is a multiple of 8 up to 128; else XLA);
 * ``model.dropout_impl``: `resolve_dropout` (fused Threefry on CPU, ``jax.random`` elsewhere);
@@ -169,14 +169,15 @@ def resolve_dropout(impl: str, platform: str) -> Literal["jax", "fused"]:
 
 def resolve_scan(scan_layers: bool | str, platform: str, *, shared: bool = False) -> bool:
     """``"auto"`` → False (unrolled blocks, each with its own parameters) on the CPU, where that
-    measured ~10% faster than the scan over stacked parameters (docs/records.md); True (one
-    ``lax.scan``: compile time and program size independent of depth) on GPU/TPU, and for ALBERT's
-    ``shared`` block, which has no per-layer parameters to gain. True / False (or "true" / "false",
-    as ml_collections holds them) unchanged."""
+    measured ~10% faster than the scan over stacked parameters, and on an NVIDIA GPU, where the scan's
+    loop copies and per-iteration launches cost BERT-base ~9% of its step (docs/records.md, "One GPU");
+    True (one ``lax.scan``: compile time and program size independent of depth) on TPUs and ROCm,
+    and for ALBERT's ``shared`` block, which has no per-layer parameters to gain. True / False (or
+    "true" / "false", as ml_collections holds them) unchanged."""
     if isinstance(scan_layers, str) and scan_layers.lower() in ("true", "false"):
         return scan_layers.lower() == "true"
     if scan_layers == AUTO:
-        return shared or platform_kind(platform) != "cpu"
+        return shared or platform_kind(platform) not in ("cpu", "gpu")
     if not isinstance(scan_layers, bool):
         raise ValueError(f"scan_layers {scan_layers!r}: expected True, False or 'auto'")
     return scan_layers

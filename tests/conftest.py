@@ -14,7 +14,8 @@ import os
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")  # tests never touch an accelerator
+if os.environ.get("BERT_JAX_GPU_TESTS") != "1":  # tests/gpu/ runs on a GPU only when asked to
+    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")  # tests never touch an accelerator
 
 import importlib.util  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -23,7 +24,7 @@ from typing import NoReturn  # noqa: E402
 import pytest  # noqa: E402
 
 pytest_plugins = ("tests.fixtures.pretraining_data", "tests.fixtures.task_files", "tests.fixtures.multiprocess_job",
-                  "tests.fixtures.fault_runs", "tests.fixtures.gcs_emulator")
+                  "tests.fixtures.fault_runs", "tests.fixtures.gcs_emulator", "tests.fixtures.attention_paths")
 
 ROOT = Path(__file__).parents[1]
 GOLDEN = Path(__file__).parent / "golden"

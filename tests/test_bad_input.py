@@ -33,6 +33,7 @@ MODULES = {"create_pretraining_data": "input_pipeline.create_pretraining_data",
            "benchmark": "bert_jax.benchmark.step", "visualize": "bert_jax.visualize.command",
            "serve": "bert_jax.serve.__main__", "squad_metrics": "input_pipeline.tasks.squad_metrics",
            "benchmark.pipeline": "bert_jax.benchmark.pipeline", "benchmark.aot": "bert_jax.benchmark.aot",
+           "benchmark.profile": "bert_jax.benchmark.profile",
            "demo": "bert_jax.demo.pipeline", "probe": "bert_jax.finetuning.probe"}
 # Cases that build a model or read text through tf.data before they fail (1-15 s each here).
 SLOW = {"pretraining data: empty input", "pretraining data: binary input",

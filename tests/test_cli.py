@@ -35,6 +35,8 @@ CLIS = {
                                "--topology 'v2-8'"),
     "bert_jax.benchmark.pipeline": (["-m", "bert_jax.benchmark.pipeline"], ["--source", "--shards", "--masking"],
                                     ["--source", "{tmp}/corpus.txt"], "{tmp}/corpus.txt"),
+    "bert_jax.benchmark.profile": (["-m", "bert_jax.benchmark.profile"], ["directory", "--top", "--json"],
+                                   ["{tmp}/prof"], "{tmp}/prof/profile.json"),
     "bert_jax.interop.extract_features": (["-m", "bert_jax.interop.extract_features"],
                                           ["--init", "--input", "--output"],
                                           ["--init", "hf:{tmp}/ckpt", "--input", "{tmp}/in.txt", "--output",
@@ -91,6 +93,7 @@ def test_the_table_has_every_entry_point():
 IN_PROCESS = {
     "bert_jax.benchmark": "bert_jax.benchmark.step", "bert_jax.benchmark.aot": "bert_jax.benchmark.aot",
     "bert_jax.benchmark.pipeline": "bert_jax.benchmark.pipeline",
+    "bert_jax.benchmark.profile": "bert_jax.benchmark.profile",
     "bert_jax.finetuning.probe": "bert_jax.finetuning.probe",
     "bert_jax.visualize": "bert_jax.visualize.command", "bert_jax.serve": "bert_jax.serve.__main__",
     "bert_jax.demo": "bert_jax.demo.pipeline",

@@ -80,7 +80,7 @@ def test_auto_dropout_per_platform():
 
 def test_auto_scan_per_platform():
     assert resolve_scan("auto", "cpu") is False
-    assert [resolve_scan("auto", p) for p in ("gpu", "cuda", "rocm", "tpu")] == [True] * 4
+    assert [resolve_scan("auto", p) for p in ("gpu", "cuda", "rocm", "tpu")] == [False, False, True, True]
     assert resolve_scan(True, "cpu") is True and resolve_scan(False, "tpu") is False
     assert resolve_scan("auto", "cpu", shared=True) is True  # ALBERT: one block, nothing per layer
     assert resolve_scan("False", "tpu") is False and resolve_scan("true", "cpu") is True  # ml_collections' strings

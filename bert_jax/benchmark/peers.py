@@ -2,13 +2,14 @@ r"""Our step beside its peers in one process, taking turns (``python -m bert_jax
 ``--compare``): variants of our step (its command line with flags added) and Hugging Face's BERT.
 
     pip install -e '.[bench]'    # transformers==4.57.6 and torch==2.13.0
-    python -m bert_jax.benchmark --compare hf-torch,hf-flax --size base --seq_len 128 --batch_size 8 \
+    python -m bert_jax.benchmark --compare hf-torch,hf-torch-compile,hf-flax --size base --seq_len 128 --batch_size 8 \
         [--compare_block 5] [--torch_threads 2] [--variant "--rng_impl rbg"]
 
 After ``--warmup`` untimed steps each, they take turns, ``--compare_block`` timed steps at a time: a
 change in the machine's speed falls on all of them. The references are built from our `BertConfig`
-(random initialisation), fed our batches, float32 on one device; their MLM head projects all S
-positions onto the vocabulary (model FLOPs with P = S). On a GPU, start with
+(random initialisation) and fed our batches on one device: PyTorch's in ``--dtype`` (bfloat16 under
+autocast; ``hf-torch-compile`` under ``torch.compile``), Flax's in float32; their MLM head projects all
+S positions onto the vocabulary (model FLOPs with P = S). On a GPU, start with
 XLA_PYTHON_CLIENT_PREALLOCATE=false so that PyTorch finds memory beside JAX.
 """
 
@@ -32,7 +33,7 @@ import optax
 from bert_jax.benchmark.flops import dense_mlm_flops, device_peak, published_peak
 from input_pipeline import command_line as cli
 
-IMPLEMENTATIONS = ("hf-torch", "hf-flax")
+IMPLEMENTATIONS = ("hf-torch", "hf-torch-compile", "hf-flax")
 
 
 @dataclasses.dataclass
@@ -60,8 +61,8 @@ def check_args(parser, args) -> None:
                      f"--model {args.model}")
     if args.memory_only or args.find_max_batch:
         parser.error("--compare and --variant time steps: they do not go with --memory_only or --find_max_batch")
-    if args.compare and any(a.dtype != "float32" for a in [args, *(v for _, v in args.variants)]):
-        parser.error("--compare runs every implementation in float32: leave --dtype at float32")
+    if "hf-flax" in args.compare and any(a.dtype != "float32" for a in [args, *(v for _, v in args.variants)]):
+        parser.error("--compare hf-flax runs in float32: leave --dtype at float32 (hf-torch follows --dtype)")
     if args.compare and math.prod(int(x) for x in args.mesh.split(",")) != 1:
         parser.error(f"--compare runs on one device (the references know no mesh): --mesh {args.mesh} is not 1,1,1")
 
@@ -72,7 +73,8 @@ def load_libraries(names: list[str]) -> dict:
     os.environ.setdefault("USE_TF", "0")  # transformers need not import TensorFlow (4 s)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # models come from a config: never the hub
     libs, missing = {}, []
-    for module in ["transformers", "torch"] if "hf-torch" in names else ["transformers"] if names else []:
+    torch_needed = any(n.startswith("hf-torch") for n in names)
+    for module in ["transformers", "torch"] if torch_needed else ["transformers"] if names else []:
         try:
             libs[module] = importlib.import_module(module)
         except ImportError:
@@ -97,14 +99,14 @@ def ours(bench, batch_size: int, peak, variant: str = "") -> Impl:
                 bench.flops(batch_size), "gathered", peak, step.real_tokens)
 
 
-def hf_config(transformers, cfg):
+def hf_config(transformers, cfg, **kwargs):
     """Hugging Face's BertConfig for our ``cfg``: the same sizes, activation, dropout and initialiser."""
     return transformers.BertConfig(
         vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
         num_attention_heads=cfg.num_heads, intermediate_size=cfg.intermediate_size, hidden_act=cfg.hidden_act,
         hidden_dropout_prob=cfg.hidden_dropout_prob, attention_probs_dropout_prob=cfg.attention_dropout_prob,
         max_position_embeddings=cfg.max_position_embeddings, type_vocab_size=cfg.type_vocab_size,
-        layer_norm_eps=cfg.layer_norm_eps, initializer_range=cfg.initializer_range)
+        layer_norm_eps=cfg.layer_norm_eps, initializer_range=cfg.initializer_range, **kwargs)
 
 
 def hf_batch(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -116,35 +118,49 @@ def hf_batch(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             batch["segment_ids"], "labels": labels, "next_sentence_label": batch["next_sentence_labels"]}
 
 
-def hf_torch(cfg, libs, batches, peak, threads: int) -> Impl:
+def hf_torch(cfg, libs, batches, peak, threads: int, dtype: str = "float32", compiled: bool = False) -> Impl:
+    """Hugging Face's BertForPreTraining with PyTorch's scaled-dot-product attention, its AdamW (fused on
+    a GPU), ``dtype`` "bfloat16" under ``torch.autocast`` (parameters and optimizer in float32, as ours),
+    "float32" with TF32 matmuls on a GPU; ``compiled``: the model under ``torch.compile``."""
     torch, transformers = libs["torch"], libs["transformers"]
     torch.set_num_threads(threads)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda":
         torch.set_float32_matmul_precision("high")  # TF32, as JAX's default float32 matmuls on GPUs
-        peak = published_peak(torch.cuda.get_device_name(0), "float32") or (None, "no published peak known")
+        peak = published_peak(torch.cuda.get_device_name(0), dtype) or (None, "no published peak known")
     elif jax.devices()[0].platform != "cpu":  # JAX's peak is the accelerator's, not this CPU's
         peak = (None, "torch on the CPU: no peak measured")
     torch.manual_seed(0)
-    model = transformers.BertForPreTraining(hf_config(transformers, cfg)).to(device).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+    model = transformers.BertForPreTraining(hf_config(transformers, cfg, attn_implementation="sdpa")).to(device)
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=device == "cuda")
+    forward = torch.compile(model) if compiled else model
     data = [{k: torch.from_numpy(v.astype(np.int64)).to(device) for k, v in hf_batch(b).items()} for b in batches]
     count = itertools.count()
+    autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=dtype == "bfloat16")
 
     def step():
-        out = model(**data[next(count) % len(data)])  # prediction_logits [B, S, V]: the dense head
-        out.loss.backward()
+        with autocast:
+            loss = forward(**data[next(count) % len(data)]).loss  # prediction_logits [B, S, V]: the dense head
+        loss.backward()
         optimizer.step()
-        optimizer.zero_grad()
+        optimizer.zero_grad(set_to_none=True)
         if device == "cuda":
             torch.cuda.synchronize()
-        return out.loss.detach()
+        return loss.detach().float()
 
+    compile_s = None
+    if compiled:  # the first step compiles: timed here, not among the steps
+        t = time.perf_counter()
+        step()
+        compile_s = time.perf_counter() - t
     b, s = batches[0]["input_ids"].shape
-    label = (f"transformers BertForPreTraining (torch {torch.__version__}, {model.config._attn_implementation} "
-             "attention)")
-    return Impl("hf-torch", label, device, step, None, dense_mlm_flops(cfg, b, s), "dense", peak,
-                float(np.mean([x["input_mask"].sum() for x in batches])))
+    label = (f"transformers {transformers.__version__} BertForPreTraining (torch {torch.__version__}, "
+             f"{model.config._attn_implementation} attention, "
+             + ("bfloat16 autocast" if dtype == "bfloat16" else "float32") + (", torch.compile" if compiled else "")
+             + (", fused AdamW" if device == "cuda" else "") + ")")
+    return Impl("hf-torch-compile" if compiled else "hf-torch", label, device, step, compile_s,
+                dense_mlm_flops(cfg, b, s), "dense", peak, float(np.mean([x["input_mask"].sum() for x in batches])))
 
 
 def hf_flax(cfg, libs, batches, peak, options) -> Impl:
@@ -213,8 +229,9 @@ def compare(bench, variants: list, libs: dict, batch_size: int) -> dict:
     impls += [ours(v, batch_size, peak if v.args.dtype == a.dtype else device_peak(v.args.dtype, devices), name)
               for name, v in variants]
     batches = bench.host_batches(batch_size, packed=False)  # the unpacked batches ours cycles through
-    impls += [hf_torch(bench.cfg, libs, batches, peak, a.torch_threads) if n == "hf-torch" else
-              hf_flax(bench.cfg, libs, batches, peak, bench.options) for n in a.compare]
+    impls += [hf_flax(bench.cfg, libs, batches, peak, bench.options) if n == "hf-flax" else
+              hf_torch(bench.cfg, libs, batches, peak, a.torch_threads, a.dtype, compiled=n == "hf-torch-compile")
+              for n in a.compare]
     timed = alternate(impls, max(a.warmup, 1), a.steps, a.compare_block)
     rows = []
     for impl in impls:

@@ -25,11 +25,12 @@ import os
 import shlex
 import sys
 import time
+from pathlib import Path
 
 import jax
 import numpy as np
 
-from bert_jax.benchmark import peers, trainer_steps
+from bert_jax.benchmark import peers, profile, trainer_steps
 from bert_jax.benchmark.flops import device_peak, model_flops
 from bert_jax.config_args import config_module, load_config_file
 from bert_jax.model.config import SIZES
@@ -194,10 +195,10 @@ def run_one(bench: Bench, batch_size: int) -> dict:
         t = time.perf_counter()
         metrics = step()
         times.append(time.perf_counter() - t)
-    if a.profile:  # one more step, traced: TensorBoard's profile plugin, Perfetto or xprof
-        with jax.profiler.trace(a.profile, create_perfetto_trace=True):
-            metrics = step()
     median, loss, flops = float(np.median(times[a.warmup:])), float(metrics["loss"]), bench.flops(batch_size)
+    if a.profile:  # more steps, traced: python -m bert_jax.benchmark.profile, TensorBoard, Perfetto or xprof
+        metrics = trace_steps(a.profile, compiled, step, a.profile_steps,
+                              {"label": label(bench.describe(batch_size)), "step_time_median_s": median})
     if not math.isfinite(loss):
         raise FloatingPointError(f"loss is {loss} after {a.warmup + a.steps} steps: the benchmark is not valid")
     return {**out, "steps": a.steps, "warmup": a.warmup, "step_time_median_s": round(median, 5),
@@ -208,6 +209,28 @@ def run_one(bench: Bench, batch_size: int) -> dict:
             "model_flops_dense_mlm_head": bench.flops(batch_size, a.seq_len),
             "achieved_flops_per_s": round(flops / median), "peak_flops_per_s": round(peak), "peak_source": source,
             "mfu": round(flops / median / peak, 4)}
+
+
+def trace_steps(directory: str, compiled, step, steps: int, meta: dict) -> dict:
+    """Runs ``steps`` more steps under ``jax.profiler.trace(directory)`` and writes beside the trace
+    what `bert_jax.benchmark.profile` reduces it with: the compiled step's HLO and the steps' wall
+    time. Returns the last step's metrics."""
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / profile.HLO_FILE).write_text(compiled.as_text())
+    with jax.profiler.trace(directory, create_perfetto_trace=True):
+        t = time.perf_counter()
+        for _ in range(steps):
+            metrics = step()
+        wall = time.perf_counter() - t
+    (out / profile.META_FILE).write_text(json.dumps({**meta, "steps": steps, "wall_s": wall}))
+    return metrics
+
+
+def label(r: dict) -> str:
+    """One line naming a result's step: model, shapes, dtype, device."""
+    return (f"{r['model']}-{r['size']} seq_len {r['seq_len']} batch {r['batch_size']} {r['dtype']} "
+            f"(attention: {r['attention_path']}; scan={r['scan']}) on {r['device_kind']}")
 
 
 def find_max_batch(bench: Bench, budgets_gib: list[float]) -> dict:
@@ -300,10 +323,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     add("--xla_option", action="append", default=[], metavar="KEY=VALUE", help="XLA compiler option (repeatable)")
     add("--variant", action="append", default=[], metavar='"--FLAG VALUE ..."',
         help="also time our step with these flags added, taking turns (repeatable)")
-    add("--compare", default="", metavar="hf-torch,hf-flax", help="also time Hugging Face's BERT, taking turns")
+    add("--compare", default="", metavar="hf-torch,hf-torch-compile,hf-flax",
+        help="also time Hugging Face's BERT, taking turns")
     add("--compare_block", type=int, default=5, help="steps per turn of --variant and --compare")
     add("--torch_threads", type=int, default=2, help="--compare hf-torch: torch.set_num_threads")
-    add("--profile", default="", metavar="DIR", help="trace one more step with jax.profiler into DIR")
+    add("--profile", default="", metavar="DIR", help="trace --profile_steps more steps with jax.profiler into DIR "
+        "(python -m bert_jax.benchmark.profile DIR reduces it to a table)")
+    add("--profile_steps", type=int, default=3, help="steps --profile traces")
     add("--json", action="store_true", help="print the JSON line instead of a summary")
     add("--output", default="", metavar="PATH", help="append each result to PATH as a JSON line")
     argv, given = [], list(sys.argv[1:] if argv is None else argv)
@@ -321,8 +347,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     a.max_predictions = a.max_predictions or max(1, round(a.seq_len * 5 / 32))  # the paper's 20 at 128, 80 at 512
     if not a.batch_size or min(a.batch_size) < 1:
         p.error(f"--batch_size {','.join(map(str, a.batch_size))}: expected a comma list of batch sizes >= 1")
-    for flag, low in (("seq_len", 4), ("steps", 1), ("warmup", 0), ("max_predictions", 1), ("packing", 0),
-                      ("unpad_multiple", 0), ("batch_multiple", 1), ("compare_block", 1)):
+    for flag, low in (("seq_len", 4), ("steps", 1), ("warmup", 0), ("profile_steps", 1), ("max_predictions", 1),
+                      ("packing", 0), ("unpad_multiple", 0), ("batch_multiple", 1), ("compare_block", 1)):
         if getattr(a, flag) < low:
             p.error(f"--{flag} {getattr(a, flag)}: expected at least {low}")
     if a.max_predictions > a.seq_len:

@@ -91,8 +91,9 @@ class Dropout(nnx.Module):
         if rngs is None:
             raise ValueError("dropout in training mode needs rngs=nnx.Rngs(dropout=key)")
         key = rngs.dropout()
-        if self.impl == "fused":
-            return fused_dropout(key, x, self.rate)
-        keep_prob = 1.0 - self.rate  # flax.nnx.Dropout's computation
-        mask = jax.random.bernoulli(key, p=keep_prob, shape=x.shape)
-        return jax.lax.select(mask, x / keep_prob, jnp.zeros_like(x))
+        with jax.named_scope("dropout"):  # the profile's "dropout" row (bert_jax/benchmark/profile.py)
+            if self.impl == "fused":
+                return fused_dropout(key, x, self.rate)
+            keep_prob = 1.0 - self.rate  # flax.nnx.Dropout's computation
+            mask = jax.random.bernoulli(key, p=keep_prob, shape=x.shape)
+            return jax.lax.select(mask, x / keep_prob, jnp.zeros_like(x))

@@ -1,6 +1,6 @@
 """The BERT encoder: embeddings → a stack of transformer blocks → (optional) pooler.
 
-Scanned (``cfg.scan_layers``; a job's default on GPU/TPU, bert_jax/resolve.py), the blocks'
+Scanned (``cfg.scan_layers``; a job's default on TPU, bert_jax/resolve.py), the blocks'
 parameters are stacked along a leading ``layers`` axis (built with ``nnx.vmap``) and run as one
 ``jax.lax.scan`` (fast compile, constant program size); unrolled, each block holds its own
 parameters (``layers/0/...``, ``layers/1/...``), initialised to the same values. Checkpoints and

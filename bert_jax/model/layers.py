@@ -82,7 +82,8 @@ def attention_call(impl: str, kind: MaskKind, shape: tuple[int, ...] = (), dtype
     """What ``attention_impl`` (a config's) runs for a mask of ``kind`` and queries of ``shape``
     [batch, length, heads, kv]: "cudnn" (cuDNN's flash attention: bfloat16/float16, padding given as
     per-row key lengths, rows padded at the end as every pipeline here builds them) takes padding masks
-    and leaves packed rows, which no key lengths express, to XLA; "splash" (and its interpreted form)
+    and leaves packed rows, which no key lengths express, to XLA (and local layers' bands too:
+    `cudnn_layer`); "splash" (and its interpreted form)
     takes both, at lengths and head widths the kernel takes (`splash.splash_applies`), else XLA."""
     if impl not in ATTENTION_IMPLS:
         raise ValueError(f"attention_impl {impl!r}: expected one of {ATTENTION_IMPLS} (bert_jax.resolve "
@@ -107,6 +108,29 @@ def splash_layer(q, k, v, segment_ids, spec: LayerSpec | None, window: int, inte
     if isinstance(spec.window, int):  # an unrolled layer: its own window (0: global)
         return run(spec.window)
     return jax.lax.cond(spec.window == 0, lambda: run(0), lambda: run(window))  # [batch, length, heads, kv]
+
+
+def cudnn_layer(q, k, v, mask, spec: LayerSpec | None, window: int) -> jax.Array:
+    """Attention for ``attention_impl="cudnn"`` on a padding ``mask`` (bool [batch, 1, 1, length]):
+    a global layer is cuDNN's flash attention with each row's key length (rows are padded at the end,
+    as every pipeline here builds them); a local layer goes to XLA with its band (`local_mask`),
+    because cuDNN takes a window only to the left of each query (``jax.nn.dot_product_attention``
+    refuses a right window without a causal mask) and a [batch, 1, length, length] mask not at all.
+    A scanned stack, whose spec is data, chooses with ``lax.cond``; ``window``: the config's local
+    window. q, k, v: [batch, length, heads, kv]; returns [batch, length, heads, kv]."""
+    def global_layer():
+        keys = jnp.broadcast_to(mask[:, 0, 0, :], (q.shape[0], mask.shape[-1]))  # [batch, length]
+        lengths = keys.sum(-1, dtype=jnp.int32)  # [batch]
+        return jax.nn.dot_product_attention(q, k, v, key_value_seq_lengths=lengths, implementation="cudnn")
+
+    def local_layer(w: int):
+        return jax.nn.dot_product_attention(q, k, v, mask=local_mask(mask, w), implementation="xla")
+
+    if spec is None:
+        return global_layer()  # BERT's layers are all global
+    if isinstance(spec.window, int):  # an unrolled layer: its own window (0: global)
+        return global_layer() if spec.window == 0 else local_layer(spec.window)
+    return jax.lax.cond(spec.window == 0, global_layer, lambda: local_layer(window))
 
 
 def local_mask(mask: jax.Array, window) -> jax.Array:
@@ -155,6 +179,16 @@ def explicit_attention(q, k, v, mask, dropout: Dropout, *, deterministic: bool =
     return jnp.einsum("BNTS,BSNH->BTNH", dropped, v), probs  # [batch, length, heads, kv]
 
 
+def lookup(table: nnx.Embed, ids: jax.Array) -> jax.Array:
+    """Rows ``ids`` [*ids] of an embedding table gathered in its parameter dtype, then cast to its
+    compute dtype: [*ids, E]. (``nnx.Embed`` casts the whole table first, so its gradient is a
+    scatter-add in bfloat16, which GPUs run as compare-and-swap loops: the 2-row token-type table's
+    took 95 ms of a 157 ms BERT-base step on an H200, docs/records.md "One GPU". Here the
+    scatter-add is in float32.)"""
+    rows = jnp.take(table.embedding[...], ids, axis=0)  # [*ids, E] float32
+    return rows.astype(table.dtype or rows.dtype)
+
+
 class Embeddings(nnx.Module):
     """word + absolute position + token-type embeddings → LayerNorm → dropout, all ``cfg.embed_dim``
     (E) wide; positions start at ``cfg.position_offset``. With one token type (RoBERTa) segment ids
@@ -184,13 +218,13 @@ class Embeddings(nnx.Module):
         # input_ids, segment_ids, position_ids: [batch, length] int32; position_ids count from 0
         if position_ids is None:
             position_ids = jnp.arange(input_ids.shape[-1])[None, :]  # [1, length]
-        x = self.word_embeddings(input_ids)  # [batch, length, E]
+        x = lookup(self.word_embeddings, input_ids)  # [batch, length, E]
         if self.position_embeddings is not None:
-            x = x + self.position_embeddings(position_ids + self.position_offset)  # [batch, length, E]
+            x = x + lookup(self.position_embeddings, position_ids + self.position_offset)  # [batch, length, E]
         if self.token_type_embeddings is not None:
             if self.token_type_embeddings.num_embeddings == 1:
                 segment_ids = jnp.zeros_like(segment_ids)  # [batch, length]
-            x = x + self.token_type_embeddings(segment_ids)  # [batch, length, E]
+            x = x + lookup(self.token_type_embeddings, segment_ids)  # [batch, length, E]
         x = self.layer_norm(x)
         return self.dropout(x, deterministic=deterministic, rngs=rngs)  # [batch, length, E]
 
@@ -242,19 +276,20 @@ class SelfAttention(nnx.Module):
         probs = None
         explicit = return_probs or needs_dropout or cfg.attention_impl == "explicit"
         impl = "explicit" if explicit else attention_call(cfg.attention_impl, mask_kind(mask.shape), q.shape, q.dtype)
-        if spec is not None and not impl.startswith("splash"):
-            mask = local_mask(mask, spec.window)  # [batch, 1, length, length] in a local (or scanned) layer
-        if impl.startswith("splash"):  # padding / packing as segment ids, the window as the kernel's block mask
-            ids = segment_ids_from_mask(mask)  # [batch, length]
-            ctx = splash_layer(q, k, v, ids, spec, cfg.local_window, interpret=impl == "splash_interpret")
-        elif impl == "explicit":
-            ctx, probs = explicit_attention(q, k, v, mask, self.dropout, deterministic=deterministic, rngs=rngs)
-        elif impl == "cudnn":  # flash attention, padding as key lengths
-            keys = jnp.broadcast_to(mask[:, 0, 0, :], (q.shape[0], mask.shape[-1]))  # [batch, length]
-            lengths = keys.sum(-1, dtype=jnp.int32)  # [batch]: rows are padded at the end
-            ctx = jax.nn.dot_product_attention(q, k, v, key_value_seq_lengths=lengths, implementation="cudnn")
-        else:
-            ctx = jax.nn.dot_product_attention(q, k, v, mask=mask, implementation=impl)
+        with jax.named_scope("attention"):  # the profile's "attention" row (bert_jax/benchmark/profile.py)
+            if impl.startswith("splash"):  # padding / packing as segment ids, the window as the kernel's block mask
+                ids = segment_ids_from_mask(mask)  # [batch, length]
+                ctx = splash_layer(q, k, v, ids, spec, cfg.local_window, interpret=impl == "splash_interpret")
+            elif impl == "cudnn":  # flash attention, padding as key lengths; a local layer's band on XLA
+                ctx = cudnn_layer(q, k, v, mask, spec, cfg.local_window)
+            else:
+                if spec is not None:  # [batch, 1, length, length] in a local (or scanned) layer
+                    mask = local_mask(mask, spec.window)
+                if impl == "explicit":
+                    ctx, probs = explicit_attention(q, k, v, mask, self.dropout, deterministic=deterministic,
+                                                    rngs=rngs)
+                else:
+                    ctx = jax.nn.dot_product_attention(q, k, v, mask=mask, implementation=impl)
         ctx = constrain(ctx, *heads)  # [batch, length, heads, kv]
         out = constrain(self.output(layout.to_tokens(ctx)), axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_EMBED)
         return out, (probs if return_probs else None)

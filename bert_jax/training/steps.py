@@ -97,8 +97,9 @@ def state_layout(make_model: Callable[[int], nnx.Module], tx: optax.GradientTran
 def apply_gradients(state: TrainState, grads, tx, schedule, metrics: dict) -> tuple[TrainState, dict]:
     """The optimizer update every task's ``train_step`` ends with; adds the learning rate and the
     gradient and parameter norms to ``metrics``."""
-    updates, opt_state = tx.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
+    with jax.named_scope("optimizer"):  # the profile's "optimizer" row (bert_jax/benchmark/profile.py)
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
     metrics = dict(metrics, learning_rate=schedule(state.step), grad_norm=optax.global_norm(grads),
                    param_norm=optax.global_norm(params))
     return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics

@@ -41,7 +41,7 @@ def batch():
 
 def test_config_resolves_scan_per_platform():
     assert resolve_scan("auto", "cpu") is False
-    assert [resolve_scan("auto", p) for p in ("gpu", "cuda", "rocm", "tpu")] == [True] * 4
+    assert [resolve_scan("auto", p) for p in ("gpu", "cuda", "rocm", "tpu")] == [False, False, True, True]
     assert resolve_scan(True, "cpu") is True and resolve_scan(False, "tpu") is False
     assert resolve_scan("auto", "cpu", shared=True) is True  # ALBERT: one block, nothing per layer
     assert BertConfig(scan_layers="False").scan_layers is False  # ml_collections hands strings over

@@ -1,0 +1,61 @@
+"""`python tests/gpu/run.py`: the GPU's measurements in one run, dry-run on the CPU with
+``--quick`` (tiny shapes), stage by stage; its arguments; a stage that fails leaves the others."""
+
+import json
+
+import pytest
+
+from tests.gpu import run as gpu_run
+
+
+def test_quick_run_writes_its_tables(tmp_path):
+    out = tmp_path / "gpu"
+    gpu_run.main(["--out", str(out), "--quick", "--stages", "profile_before", "--cache", str(tmp_path / "cache")])
+    summary = (out / "summary.md").read_text()
+    assert "## Where the time goes: profile_before (the defaults)" in summary and "| matrix products |" in summary
+    stages = [json.loads(line)["stage"] for line in (out / "results.jsonl").read_text().splitlines()]
+    assert stages == ["profile_before"]
+    assert (out / "profile_before.tar.gz").stat().st_size > 0 and not (out / "profile_before").exists()
+
+
+@pytest.mark.slow  # ~50 s: four compiles and Hugging Face's model
+def test_quick_variants_and_sizes_take_turns_with_hugging_face(tmp_path):
+    pytest.importorskip("torch", reason="the variants stage compares with Hugging Face's PyTorch BERT ('bench' extra)")
+    out = tmp_path / "gpu"
+    gpu_run.main(["--out", str(out), "--quick", "--stages", "variants,sizes,profile_after", "--variant=--scan",
+                  "--cache", str(tmp_path / "cache")])
+    summary = (out / "summary.md").read_text()
+    assert "| ours --scan |" in summary and "| hf-torch |" in summary and "## Sizes" in summary
+    stages = [json.loads(line)["stage"] for line in (out / "results.jsonl").read_text().splitlines()]
+    assert stages == ["variants", "sizes", "profile_after"]
+
+
+def test_a_failing_stage_is_logged_and_the_run_goes_on(tmp_path, monkeypatch):
+    def broken(run):
+        raise RuntimeError("no GPU here")
+
+    monkeypatch.setattr(gpu_run, "variants", broken)
+    out = tmp_path / "gpu"
+    assert gpu_run.main(["--out", str(out), "--quick", "--stages", "variants,combined", "--cache",
+                         str(tmp_path / "cache")]) == 0
+    summary = (out / "summary.md").read_text()
+    assert "## variants: failed (log.txt has the traceback)" in summary
+    assert "## Combined: 0 variant(s) beat the default" in summary
+
+
+def test_a_stage_the_budget_cannot_cover_is_skipped(tmp_path):
+    out = tmp_path / "gpu"
+    gpu_run.main(["--out", str(out), "--stages", "sizes", "--budget_s", "10", "--cache", str(tmp_path / "c")])
+    assert "## sizes: skipped" in (out / "summary.md").read_text()
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--stages", "profile,variants"], "--stages profile: expected a comma list of numerics, profile_before"),
+    (["--sizes", "bert-huge"], "--sizes bert-huge: expected a comma list of bert-base-512"),
+    (["--cost", "sizes"], "--cost sizes: expected STAGE=SECONDS")])
+def test_bad_arguments_are_one_line(tmp_path, argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        gpu_run.main(["--out", str(tmp_path / "gpu"), *argv])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "gpu").exists()

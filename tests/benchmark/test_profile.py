@@ -1,0 +1,115 @@
+"""`python -m bert_jax.benchmark.profile`: a traced step reduced to where its time goes, from a GPU-like
+trace written here (kernels on a stream, a derived line that must not count twice, kernels the HLO
+names and kernels it does not) and from a real CPU trace of the benchmark's own step."""
+
+import gzip
+import json
+
+import pytest
+
+from bert_jax.benchmark import profile, step
+
+HLO = """HloModule jit_run, entry_computation_layout={()->()}
+
+%fused_computation.1 (param_0: bf16[8,4]) -> bf16[8,4] {
+  %param_0 = bf16[8,4]{1,0} parameter(0)
+  ROOT %select.1 = bf16[8,4]{1,0} select(%param_0, %param_0, %param_0), metadata={op_name="jit(run)/jvp(dropout)/select_n"}
+}
+
+%fused_computation.2 (param_0: bf16[8,4]) -> bf16[4,8] {
+  %param_0 = bf16[8,4]{1,0} parameter(0)
+  ROOT %transpose.2 = bf16[4,8]{0,1} transpose(%param_0), dimensions={1,0}
+}
+
+%gemm_fusion_dot.3_computation (p: bf16[8,4]) -> bf16[8,8] {
+  %p = bf16[8,4]{1,0} parameter(0)
+  ROOT %dot.3 = bf16[8,8]{1,0} dot(%p, %p), lhs_contracting_dims={1}, rhs_contracting_dims={1}
+}
+
+ENTRY %main () -> () {
+  %loop_select_fusion = bf16[8,4]{1,0} fusion(%a), kind=kLoop, calls=%fused_computation.1, metadata={op_name="jit(run)/jvp(dropout)/select_n"}
+  %custom-call.7 = (bf16[8,8]{1,0}, s8[4]{0}) custom-call(%a, %b), custom_call_target="__cublas$gemm", metadata={op_name="jit(run)/jvp(bert)/dot_general"}
+  %gemm_fusion_dot.3 = bf16[8,8]{1,0} fusion(%a), kind=kCustom, calls=%gemm_fusion_dot.3_computation, metadata={op_name="jit(run)/transpose(jvp(attention))/dot_general"}, backend_config={"fusion_backend_config":{"kind":"__triton_gemm"}}
+  %loop_transpose_fusion = bf16[4,8]{0,1} fusion(%a), kind=kLoop, calls=%fused_computation.2, metadata={op_name="jit(run)/jvp(bert)/transpose"}
+  %loop_add_fusion.4 = f32[8]{0} fusion(%a), kind=kLoop, calls=%fused_computation.9, metadata={op_name="jit(run)/optimizer/add"}
+  %input_reduce_fusion = f32[8]{0} fusion(%a), kind=kInput, calls=%fused_computation.10, metadata={op_name="jit(run)/jvp(bert)/reduce_sum"}
+  ROOT %tuple = () tuple()
+}
+"""
+
+
+def kernel(name, ts, dur, hlo_op=None):
+    args = {"hlo_module": "jit_run", **({"hlo_op": hlo_op} if hlo_op else {})}
+    return {"ph": "X", "pid": 1, "tid": 14, "name": name, "ts": ts, "dur": dur, "args": args}
+
+
+def write_profile(tmp_path, steps=2, wall_s=250e-6):
+    """Two steps of 125 µs wall time each: 100 µs of kernels, 25 µs of gaps."""
+    events = [{"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/device:GPU:0"}},
+              {"ph": "M", "pid": 1, "tid": 14, "name": "thread_name", "args": {"name": "Stream #14(Compute)"}},
+              {"ph": "M", "pid": 1, "tid": 99, "name": "thread_name", "args": {"name": "XLA Ops"}},
+              {"ph": "M", "pid": 7, "name": "process_name", "args": {"name": "/host:CPU"}}]
+    for s in range(steps):
+        t = s * 125.0
+        events += [kernel("loop_select_fusion", t, 10, "loop_select_fusion"),          # dropout
+                   kernel("nvjet_sm90_tst_128x128", t + 10, 30, "custom-call.7"),     # a matmul
+                   kernel("gemm_fusion_dot_3", t + 40, 15),                             # named by kernel: attention
+                   kernel("loop_transpose_fusion", t + 55, 5, "loop_transpose_fusion"),  # a copy
+                   kernel("loop_add_fusion_4", t + 60, 10),                             # optimizer
+                   kernel("input_reduce_fusion", t + 70, 20, "input_reduce_fusion"),    # other
+                   kernel("memcpy128", t + 90, 10),                                     # no HLO: a copy by name
+                   {"ph": "X", "pid": 1, "tid": 99, "name": "fusion", "ts": t, "dur": 90, "args": {}},  # derived line
+                   {"ph": "X", "pid": 7, "tid": 3, "name": "PjitFunction", "ts": t, "dur": 120}]
+    trace_dir = tmp_path / "plugins" / "profile" / "2026_11_28"
+    trace_dir.mkdir(parents=True)
+    with gzip.open(trace_dir / "host.trace.json.gz", "wt") as f:
+        json.dump({"traceEvents": events}, f)
+    (tmp_path / profile.HLO_FILE).write_text(HLO)
+    (tmp_path / profile.META_FILE).write_text(json.dumps({"steps": steps, "wall_s": wall_s, "label": "a GPU-like step",
+                                                          "step_time_median_s": 120e-6}))
+
+
+def test_reduces_a_gpu_trace_into_rows(tmp_path):
+    write_profile(tmp_path)
+    table = profile.reduce_profile(tmp_path)
+    rows = {r["row"]: r for r in table["rows"]}
+    assert list(rows) == list(profile.ROWS)
+    expected_us = {"dropout": 10, "matrix products": 30, "attention": 15, "copies/transposes": 15, "optimizer": 10,
+                   "other fusions": 20, "host gaps": 25}
+    for row, us in expected_us.items():
+        assert rows[row]["ms_per_step"] == pytest.approx(us / 1e3), row
+        assert rows[row]["share"] == pytest.approx(us / 125), row
+    assert table["kernels"] == 14 and table["matched"] == 12 and table["events"] == "device"
+    assert table["traced_step_ms"] == pytest.approx(0.125) and table["step_ms"] == pytest.approx(0.12)
+    assert rows["matrix products"]["kernels"] == 2 and rows["matrix products"]["top"][0][0] == "custom-call.7"
+    text = profile.markdown(table)
+    assert "| dropout | 0.01 | 8.0% | 1 | loop_select_fusion 0.01 |" in text and "a GPU-like step" in text
+
+
+def test_scopes_are_matched_whole_and_through_transforms():
+    assert profile.in_scope("jit(run)/transpose(jvp(attention))/dot_general", "attention")
+    assert profile.in_scope("jit(run)/optimizer/add", "optimizer")
+    assert not profile.in_scope("jit(run)/self_attention_out/add", "attention")
+    assert not profile.in_scope("jit(run)/dropout_free/add", "dropout")
+
+
+def test_the_command_reduces_a_real_cpu_profile(tmp_path, capsys):
+    where = tmp_path / "prof"
+    step.main(["--size", "tiny", "--seq_len", "16", "--batch_size", "2", "--vocab_size", "256", "--steps", "1",
+               "--mesh", "1,1,1", "--warmup", "1", "--profile", str(where), "--profile_steps", "2"])
+    capsys.readouterr()
+    table = profile.main([str(where)])
+    assert table["events"] == "host" and table["steps"] == 2 and table["kernels"] > 0
+    assert table["matched"] == table["kernels"]  # every XLA thunk named by the compiled HLO
+    rows = {r["row"]: r for r in table["rows"]}
+    assert rows["matrix products"]["ms_per_step"] > 0 and rows["optimizer"]["ms_per_step"] > 0
+    assert sum(r["share"] for r in table["rows"]) <= 1.0 + 1e-9
+    assert "| matrix products |" in capsys.readouterr().out
+
+
+def test_a_directory_without_a_profile_is_one_line(tmp_path, capsys):
+    from input_pipeline.command_line import UserError
+
+    with pytest.raises(UserError, match=r"profile.json: not found \(expected the directory that python -m "
+                                        r"bert_jax.benchmark --profile DIR wrote\)"):
+        profile.main([str(tmp_path)])

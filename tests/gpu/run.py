@@ -1,0 +1,305 @@
+r"""``python tests/gpu/run.py --out DIR``: one GPU's measurements in one run, its tables in DIR.
+
+Made for a bare GPU machine with JAX (CUDA), Flax, Optax, Orbax, PyTorch and transformers but no
+TensorFlow: everything here runs the training step on synthetic batches. In order, each stage
+skipped when what is left of ``--budget_s`` would not cover it, each failure logged and passed over:
+
+1. ``numerics``: ``pytest tests/gpu`` (the GPU against the CPU's float32 step; cuDNN against XLA).
+2. ``profile_before``: the default step of BERT-base at 128 tokens, batch 256, bfloat16, traced and
+   reduced to a table (`bert_jax.benchmark.profile`).
+3. ``variants``: that step beside its variants (``--variant``, e.g. unrolled layers, another dropout or
+   RNG, an XLA flag) and Hugging Face's PyTorch BERT in bfloat16, taking turns (`bert_jax.benchmark.peers`).
+4. ``sizes``: BERT-base at 512 (batch 32), BERT-large at 512 (batch 16), ModernBERT-base at 1,024
+   (batch 16), with the default step and with the fastest flags.
+5. ``combined``: the variants that beat the default by more than 3% together, against the default.
+6. ``profile_after``: the fastest step traced and reduced like the first.
+7. ``torch_compile``: the fastest step against Hugging Face's under ``torch.compile``.
+
+DIR gets ``summary.md`` (the tables), ``results.jsonl`` (every result), ``log.txt``, ``numerics.txt``
+and ``profile_before.tar.gz`` / ``profile_after.tar.gz`` (trace, HLO and metadata: ``tar xzf`` and
+``python -m bert_jax.benchmark.profile`` reduce them again). ``--quick`` runs the same stages on tiny
+shapes (a dry run on a CPU).
+
+    XLA_PYTHON_CLIENT_MEM_FRACTION=0.55 python tests/gpu/run.py --out /tmp/gpu --budget_s 480
+
+(from the checkout's root, with bert_jax importable: installed, or the root on PYTHONPATH).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]  # the checkout's root: bert_jax, input_pipeline, tests/gpu
+
+# The variants timed beside the default step: each a change a GPU default could make.
+VARIANTS = ("--scan", "--rng_impl unsafe_rbg", "--dropout_impl fused",
+            "--xla_option xla_gpu_enable_triton_gemm=false", "--attention_dropout 0")
+# Variants that change what is computed (the recipe), not how: timed for the record, never combined.
+RECIPE_CHANGES = ("--attention_dropout",)
+ONE = ["--mesh", "1,1,1"]  # one device: the run measures one GPU
+BASE = ["--size", "base", "--seq_len", "128", "--batch_size", "256", "--dtype", "bfloat16", *ONE]
+SIZES = {  # stage 6: (name, flags)
+    "bert-base-512": ["--size", "base", "--seq_len", "512", "--batch_size", "32", "--dtype", "bfloat16", *ONE],
+    "bert-large-512": ["--size", "large", "--seq_len", "512", "--batch_size", "16", "--dtype", "bfloat16", *ONE],
+    "modernbert-base-1024": ["--model", "modernbert", "--size", "base", "--seq_len", "1024", "--batch_size", "16",
+                             "--dtype", "bfloat16", *ONE],
+}
+QUICK = ["--size", "tiny", "--seq_len", "32", "--batch_size", "4", "--vocab_size", "512", "--dtype", "bfloat16", *ONE]
+# Seconds each stage is expected to take on one H100/H200 (compiles dominate); a stage starts only if
+# what is left of the budget covers it.
+COST = {"numerics": 75, "profile_before": 45, "variants": 220, "sizes": 150, "combined": 60, "profile_after": 40,
+        "torch_compile": 100}
+
+
+class Run:
+    """The output folder, the log, the budget and the results of one run."""
+
+    def __init__(self, out: Path, budget_s: float, quick: bool, args=None):
+        self.out, self.budget_s, self.quick, self.start = out, budget_s, quick, time.monotonic()
+        self.args = args
+        out.mkdir(parents=True, exist_ok=True)
+        self.results: dict[str, object] = {}
+        self.summary: list[str] = []
+
+    def left(self) -> float:
+        return self.budget_s - (time.monotonic() - self.start)
+
+    def stage(self, name: str, fn, *args):
+        """Runs ``fn(*args)`` if the budget allows; a failure is logged, not raised."""
+        cost = 5 if self.quick else self.args.costs.get(name, COST[name])
+        if self.left() < cost:
+            self.note(f"## {name}: skipped ({self.left():.0f} s left of the budget, ~{cost} s needed)")
+            return None
+        print(f"\n===== {name} ({self.left():.0f} s left) =====", flush=True)
+        t = time.monotonic()
+        try:
+            result = fn(*args)
+        except Exception:  # noqa: BLE001 - one stage's failure must not cost the others
+            traceback.print_exc()
+            self.note(f"## {name}: failed (log.txt has the traceback)")
+            return None
+        print(f"===== {name} done in {time.monotonic() - t:.0f} s =====", flush=True)
+        self.results[name] = result
+        with open(self.out / "results.jsonl", "a") as f:
+            f.write(json.dumps({"stage": name, "seconds": round(time.monotonic() - t, 1), "result": result},
+                               default=str) + "\n")
+        return result
+
+    def note(self, text: str) -> None:
+        print(text, flush=True)
+        self.summary.append(text)
+        (self.out / "summary.md").write_text("\n\n".join(self.summary) + "\n")
+
+
+def shapes(run: Run, flags: list[str]) -> list[str]:
+    return QUICK if run.quick else flags
+
+
+def timing(run: Run) -> list[str]:
+    return ["--steps", "4", "--warmup", "1", "--compare_block", "2"] if run.quick else \
+        ["--steps", "20", "--warmup", "3", "--compare_block", "5"]
+
+
+def numerics(run: Run) -> dict:
+    """pytest tests/gpu in a child process (before this one takes the GPU's memory)."""
+    env = {**os.environ, "BERT_JAX_GPU_TESTS": "1", "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+           "BERT_JAX_TEST_CACHE": ""}
+    cmd = [sys.executable, "-m", "pytest", "tests/gpu", "-q", "-s", "-p", "no:cacheprovider", "-rA"]
+    cmd += ["-k", run.args.pytest_k] if run.args.pytest_k else []
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=max(run.left() - 60, 60), cwd=ROOT)
+    (run.out / "numerics.txt").write_text(p.stdout + p.stderr)
+    tail = (p.stdout.strip().splitlines() or [""])[-1]
+    lines = [x for x in p.stdout.splitlines() if "relative" in x]
+    run.note("## The GPU against the CPU (pytest tests/gpu)\n\n" + f"exit status {p.returncode}: {tail}\n\n"
+             + "\n".join(f"    {x}" for x in lines))
+    return {"returncode": p.returncode, "tail": tail, "lines": lines}
+
+
+def environment(run: Run) -> dict:
+    import jax
+
+    info = {"devices": [str(d) for d in jax.devices()], "device_kind": jax.devices()[0].device_kind,
+            "jax": jax.__version__, "python": sys.version.split()[0]}
+    for name in ("jaxlib", "flax", "optax", "orbax.checkpoint", "torch", "transformers"):
+        with contextlib.suppress(Exception):
+            info[name] = __import__(name, fromlist=["_"]).__version__
+    with contextlib.suppress(Exception):
+        info["nvidia_smi"] = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,clocks.max.sm,driver_version",
+                                             "--format=csv,noheader"], capture_output=True, text=True,
+                                            timeout=20).stdout.strip()
+    run.note("## Machine\n\n" + "\n".join(f"- {k}: {v}" for k, v in info.items()))
+    return info
+
+
+def bench(argv: list[str]) -> list[dict]:
+    from bert_jax.benchmark import step
+
+    return step.main(argv)
+
+
+def profiled(run: Run, name: str, extra: list[str]) -> dict:
+    """The step (with ``extra`` flags) traced and reduced; the trace, HLO and metadata tarred."""
+    from bert_jax.benchmark import profile
+
+    where = run.out / name
+    steps = ["--steps", "3", "--warmup", "1"] if run.quick else ["--steps", "10", "--warmup", "3"]
+    (r,) = bench([*shapes(run, BASE), *steps, *extra, "--profile", str(where), "--profile_steps", "3"])
+    table = profile.reduce_profile(where)
+    run.note(f"## Where the time goes: {name} ({' '.join(extra) or 'the defaults'})\n\n"
+             f"step {r['step_time_median_s'] * 1e3:.1f} ms, MFU {100 * r['mfu']:.1f}%\n\n" + profile.markdown(table))
+    with tarfile.open(run.out / f"{name}.tar.gz", "w:gz") as tar:
+        tar.add(where, arcname=name)
+    import shutil
+
+    shutil.rmtree(where)
+    return {"step": {k: r[k] for k in ("step_time_median_s", "mfu", "tokens_per_s")}, "table": table}
+
+
+def compare_table(r: dict) -> str:
+    rows = ["| step | median ms | tokens/s | MFU | ours / this |", "|---|---|---|---|---|"]
+    for x in r["implementations"]:
+        mfu = "-" if x["mfu"] is None else f"{100 * x['mfu']:.1f}%"
+        rows.append(f"| {x['name']} | {x['step_time_median_s'] * 1e3:.1f} | {x['tokens_per_s']:,.0f} | {mfu} | "
+                    f"{x['ours_over_theirs']:.2f} |")
+    return "\n".join(rows)
+
+
+def variants(run: Run) -> dict:
+    argv = [*shapes(run, BASE), *timing(run), "--compare", "hf-torch"]
+    for v in run.args.variant or VARIANTS:
+        argv += ["--variant", v]
+    (r,) = bench(argv)
+    run.note(f"## The default step, its variants and Hugging Face's (one run, taking turns)\n\n{compare_table(r)}")
+    return r
+
+
+def fastest_flags(run: Run) -> list[str]:
+    """The flags of the combined step if it was measured faster, else of the fastest variant that
+    keeps the recipe, else none."""
+    combined = run.results.get("combined")
+    if combined:
+        ours = {x["name"]: x["step_time_median_s"] for x in combined["implementations"] if x["name"].startswith("ours")}
+        best = min(ours, key=ours.get)
+        return best.removeprefix("ours").split()
+    flags = keeper_variants(run, margin=0.0)[:1]
+    return flags[0].split() if flags else []
+
+
+def keeper_variants(run: Run, margin: float) -> list[str]:
+    """The recipe-keeping variants faster than the default by more than ``margin``, fastest first."""
+    r = run.results.get("variants")
+    if not r:
+        return []
+    times = {x["name"]: x["step_time_median_s"] for x in r["implementations"]}
+    base = times["ours"]
+    faster = [(t, name.removeprefix("ours ")) for name, t in times.items()
+              if name.startswith("ours ") and t < (1 - margin) * base]
+    return [v for _, v in sorted(faster) if not v.startswith(RECIPE_CHANGES)]
+
+
+def combined(run: Run) -> dict | None:
+    keep = keeper_variants(run, margin=0.03)
+    if len(keep) < 2:
+        run.note(f"## Combined: {len(keep)} variant(s) beat the default by more than 3%; nothing to combine")
+        return None
+    (r,) = bench([*shapes(run, BASE), *timing(run), "--variant", " ".join(keep)])
+    run.note(f"## The faster variants together, against the default\n\n{compare_table(r)}")
+    return r
+
+
+def sizes(run: Run) -> dict:
+    flags, out = fastest_flags(run), {}
+    items = {"quick": QUICK}.items() if run.quick else [(n, SIZES[n]) for n in run.args.sizes.split(",") if n]
+    rows = ["| model | step | median ms | tokens/s | MFU | memory GiB |", "|---|---|---|---|---|---|"]
+    for name, shape in items:
+        if not run.quick and run.left() < 45:
+            rows.append(f"| {name} | skipped: {run.left():.0f} s left of the budget | | | | |")
+            continue
+        argv = [*shape, *timing(run)] + (["--variant", " ".join(flags)] if flags else [])
+        try:
+            (r,) = bench(argv)
+        except Exception:  # noqa: BLE001 - the next size may still fit
+            traceback.print_exc()
+            rows.append(f"| {name} | failed | | | | |")
+            continue
+        out[name] = r
+        impls = r["implementations"] if r["mode"] == "compare" else [{**r, "name": "ours"}]
+        for x in impls:
+            mem = r.get("memory") or {}
+            rows.append(f"| {name} | {x['name']} | {x['step_time_median_s'] * 1e3:.1f} | {x['tokens_per_s']:,.0f} | "
+                        f"{100 * x['mfu']:.1f}% | {mem.get('total', 0) / 2**30:.1f} |")
+        run.note("## Sizes (default, and with the fastest flags: " + (" ".join(flags) or "none") + ")\n\n"
+                 + "\n".join(rows))
+    return out
+
+
+def torch_compile(run: Run) -> dict:
+    flags = fastest_flags(run)
+    argv = [*shapes(run, BASE), *timing(run), "--compare", "hf-torch,hf-torch-compile"]
+    (r,) = bench(argv + (["--variant", " ".join(flags)] if flags else []))
+    run.note(f"## Against Hugging Face under torch.compile\n\n{compare_table(r)}")
+    return r
+
+
+def main(argv=None) -> int:
+    from input_pipeline import command_line as cli
+
+    p = cli.ArgumentParser(prog="python tests/gpu/run.py", description=__doc__.split("\n\n")[0],
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True, help="folder for the tables (created)")
+    p.add_argument("--budget_s", type=float, default=480, help="stop starting stages after this many seconds")
+    p.add_argument("--quick", action="store_true", help="tiny shapes: a dry run of every stage (e.g. on a CPU)")
+    p.add_argument("--stages", default=",".join(COST), help="comma list of the stages to run")
+    p.add_argument("--cache", default="/tmp/bert_jax_gpu_run_cache", help="JAX's compilation cache for the run")
+    p.add_argument("--variant", action="append", default=[], help="a variant for the variants stage (repeatable; "
+                   f"default: {'; '.join(VARIANTS)})")
+    p.add_argument("--sizes", default=",".join(SIZES), help="the sizes stage's models: a comma list of "
+                   + ", ".join(SIZES))
+    p.add_argument("--pytest_k", default="", help="the numerics stage's pytest -k expression")
+    p.add_argument("--cost", action="append", default=[], metavar="STAGE=S", help="a stage's expected seconds")
+    a = p.parse_args(argv)
+    a.costs = {}
+    for c in a.cost:
+        name, _, seconds = c.partition("=")
+        if name not in COST or not seconds.replace(".", "", 1).isdigit():
+            p.error(f"--cost {c}: expected STAGE=SECONDS with STAGE one of {', '.join(COST)}")
+        a.costs[name] = float(seconds)
+    if unknown := sorted(set(a.sizes.split(",")) - set(SIZES) - {""}):
+        p.error(f"--sizes {','.join(unknown)}: expected a comma list of {', '.join(SIZES)}")
+    chosen = [s for s in a.stages.split(",") if s]
+    if unknown := sorted(set(chosen) - set(COST)):
+        p.error(f"--stages {','.join(unknown)}: expected a comma list of {', '.join(COST)}")
+    run = Run(Path(a.out), a.budget_s, a.quick, a)
+    stages = {"profile_before": lambda: profiled(run, "profile_before", []), "variants": lambda: variants(run),
+              "combined": lambda: combined(run), "profile_after": lambda: profiled(run, "profile_after",
+                                                                                     fastest_flags(run)),
+              "sizes": lambda: sizes(run), "torch_compile": lambda: torch_compile(run)}
+    if "numerics" in chosen:  # first: a child process, before this one holds the GPU's memory
+        run.stage("numerics", numerics, run)
+    import jax
+
+    # One compilation cache for the run: the default step is compiled by several stages.
+    jax.config.update("jax_compilation_cache_dir", a.cache)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    environment(run)
+    for name in chosen:
+        if name != "numerics":
+            run.stage(name, stages[name])
+    run.note(f"total {time.monotonic() - run.start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    from input_pipeline import command_line
+
+    command_line.run(main)

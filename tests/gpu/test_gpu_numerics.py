@@ -1,0 +1,111 @@
+"""The GPU computes what the CPU computes (run on a machine with an NVIDIA GPU:
+``BERT_JAX_GPU_TESTS=1 pytest tests/gpu``; skipped elsewhere, and by ``make test``, which hides
+accelerators). Their CPU halves run in CI: tests/training/test_gpu_choices.py and
+tests/model/test_cudnn_path.py, with cuDNN's call routed to XLA.
+
+* One pre-training loss and its gradients from the model resolved for the GPU (bfloat16, cuDNN
+  attention, unrolled), run on the GPU, against the CPU's float32 ones on the same batch and parameters.
+* cuDNN's attention against XLA's on the GPU, through the encoder and its gradients: BERT on padded
+  rows, ModernBERT on padded rows longer than its local window; scanned and unrolled.
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from bert_jax.model.encoder import BertEncoder
+from bert_jax.model.models import create
+from tests.fixtures.attention_paths import encoder_config, rows
+from tests.fixtures.step_numerics import (
+    batch,
+    initial_params,
+    loss_and_grads,
+    objective,
+    reference,
+    relative_error,
+    resolved,
+    worst_leaves,
+)
+
+
+def gpus() -> list:
+    try:
+        return jax.devices("gpu")
+    except RuntimeError:
+        return []
+
+
+pytestmark = pytest.mark.skipif(not gpus(), reason="needs an NVIDIA GPU (BERT_JAX_GPU_TESTS=1 on a GPU machine)")
+
+# As the CPU half (tests/training/test_gpu_choices.py): bfloat16 against float32.
+LOSS_TOLERANCE, GRAD_TOLERANCE = 1e-2, 4e-2
+# cuDNN's bfloat16 error against float32 (‖Δ‖ / ‖x‖ over real tokens, and over the gradients) within
+# BF16_FACTOR times XLA's bfloat16 error plus PATH_TOLERANCE.
+BF16_FACTOR, PATH_TOLERANCE = 3.0, 2e-2
+CUDNN_CALL = "__cudnn$fmha"  # the custom call's target in the compiled HLO
+
+
+@pytest.mark.parametrize("family,fields", [("bert", {}), ("bert", {"attention_dropout_prob": 0.0}),
+                                           ("modernbert", {})], ids=["bert", "bert-no-attention-dropout",
+                                                                      "modernbert"])
+def test_gpu_step_matches_the_cpu_float32_step(family, fields, record_property):
+    gpu_cfg = resolved(family, "gpu", **fields)
+    assert (gpu_cfg.dtype, gpu_cfg.attention_impl) == ("bfloat16", "cudnn")
+    ref, task, data = reference(family, gpu_cfg, **fields), objective(family), batch()
+    params = initial_params(ref, task)
+    loss_ref, grads_ref = loss_and_grads(ref, task, params, data, jax.devices("cpu")[0])
+    loss_gpu, grads_gpu = loss_and_grads(gpu_cfg, task, params, data, gpus()[0])
+    err = relative_error(grads_gpu, grads_ref)
+    record_property("loss", [loss_gpu, loss_ref])
+    record_property("grad_relative_error", err)
+    print(f"{family} {fields}: loss {loss_gpu:.5f} (GPU) vs {loss_ref:.5f} (CPU float32); gradients "
+          f"{err:.4f} relative; worst {worst_leaves(grads_gpu, grads_ref)}")
+    assert abs(loss_gpu - loss_ref) <= LOSS_TOLERANCE * loss_ref, (loss_gpu, loss_ref)
+    assert err <= GRAD_TOLERANCE, (err, worst_leaves(grads_gpu, grads_ref))
+
+
+def relative(a, b, where) -> float:
+    a, b = np.where(where, np.asarray(a, np.float64), 0), np.where(where, np.asarray(b, np.float64), 0)
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+@pytest.mark.parametrize("family", ["bert", "modernbert"])
+@pytest.mark.parametrize("scan", [True, False], ids=["scanned", "unrolled"])
+def test_cudnn_attention_matches_xla_on_the_gpu(family, scan):
+    """cuDNN's and XLA's attention in bfloat16 are each compared with XLA's in float32: cuDNN's error
+    may not exceed a few times XLA's own bfloat16 error (both round the probabilities to bfloat16, in
+    other orders), while a lost window or key length is off by far more (the last assertion)."""
+    cfg = encoder_config(family, scan)
+    ids, mask, seg = jax.device_put(rows(), gpus()[0])
+    weights = jax.random.normal(jax.random.key(0), (*ids.shape, cfg.hidden_size))  # [batch, length, hidden]
+    real = np.asarray(mask)[..., None] > 0
+
+    def outputs_and_grads(cfg):
+        graphdef, params = nnx.split(create(BertEncoder, cfg), nnx.Param)
+
+        def f(params):
+            out = nnx.merge(graphdef, params)(ids, mask, seg).sequence_output  # [batch, length, hidden]
+            return jnp.sum(out.astype(jnp.float32) * weights * mask[..., None]), out
+
+        compiled = jax.jit(lambda p: jax.value_and_grad(f, has_aux=True)(p)).lower(params).compile()
+        (_, out), grads = compiled(params)
+        return np.asarray(out, np.float32), jax.tree.map(np.asarray, grads.to_pure_dict()), compiled.as_text()
+
+    exact, exact_grads, _ = outputs_and_grads(dataclasses.replace(cfg, dtype="float32", attention_impl="xla"))
+    xla, xla_grads, _ = outputs_and_grads(dataclasses.replace(cfg, attention_impl="xla"))
+    cudnn, cudnn_grads, hlo = outputs_and_grads(dataclasses.replace(cfg, attention_impl="cudnn"))
+    assert CUDNN_CALL in hlo, "the cuDNN path did not reach cuDNN"
+    errors = {"cudnn": (relative(cudnn, exact, real), relative_error(cudnn_grads, exact_grads)),
+              "xla": (relative(xla, exact, real), relative_error(xla_grads, exact_grads))}
+    print(f"{family} scan={scan}: against float32, outputs and gradients: cuDNN {errors['cudnn'][0]:.4f} "
+          f"{errors['cudnn'][1]:.4f}, XLA bfloat16 {errors['xla'][0]:.4f} {errors['xla'][1]:.4f} relative")
+    for got, bound in zip(errors["cudnn"], errors["xla"], strict=True):
+        assert got <= BF16_FACTOR * bound + PATH_TOLERANCE, errors
+    if family == "modernbert":  # the windows matter: every layer global would be far off
+        model = create(BertEncoder, dataclasses.replace(cfg, local_window=0, dtype="float32", attention_impl="xla"))
+        other = np.asarray(nnx.jit(lambda m: m(ids, mask, seg).sequence_output)(model), np.float32)
+        assert relative(other, exact, real) > 10 * PATH_TOLERANCE
