@@ -64,14 +64,15 @@ def _pretraining(c, workdir, mesh) -> list[str]:
     state_bytes = 3 * params * BYTES_PER_FLOAT / shards  # parameters + Adam's m and v, split by FSDP/tensor
     lines = [
         f"model: {c.model.size} ({model.num_layers} layers x {model.hidden_size}, {params / 1e6:.1f}M parameters, "
-        f"vocabulary {vocab_size:,}, compute {model.dtype}), objective {c.objective}",
-        f"data: {train}; length {length}, {d.max_predictions_per_seq} predictions per row, {d.masking} masking",
+        f"vocabulary {vocab_size:,}, compute {model.dtype}), objective {c.objective}"
+        + (f"; rotary base {model.rope_theta:,.0f} in global layers, {model.local_rope_theta:,.0f} in local ones"
+           if model.rotary else ""),
+        f"data: {train}; length {length}, {d.max_predictions_per_seq} predictions per row, {d.masking} masking"
+        + (f"; up to {d.pack_examples} examples a row, none attending to another" if d.pack_examples else ""),
         restore_line,
         f"steps: {start:,} -> {total:,} ({steps:,} to run), batch {batch:,} = {batch * length * steps:,} tokens "
         f"({batch * length:,} a step)",
-        f"optimizer: {o.optimizer}, lr {o.learning_rate:g}, warmup {o.warmup_steps:,} steps, schedule {o.schedule} "
-        f"to step {o.num_train_steps:,}" + (f" (the last {o.decay_steps:,} decaying)" if o.schedule == "wsd" else "")
-        + f", weight decay {o.weight_decay:g}, clip {o.clip_norm:g}",
+        _optimizer_line(o),
         ("evaluation: off (eval_every=0)" if held_out is None else
          f"evaluation: every {c.eval_every:,} steps and at the end, {c.eval_steps} batches of {batch} from {held_out}"),
         f"checkpoints: every {c.checkpoint_every:,} steps, the last {c.keep_checkpoints} kept, in "
@@ -82,6 +83,18 @@ def _pretraining(c, workdir, mesh) -> list[str]:
         "activations not estimated here (python -m bert_jax.benchmark.aot compile: the step on a TPU topology)",
     ]
     return lines
+
+
+def _optimizer_line(o) -> str:
+    """The optimizer, its schedule and decay as the step applies them (bert_jax/training/optim.py)."""
+    stable = o.optimizer == "stableadamw"
+    name = "stableadamw (update clipping per tensor, no global clip)" if stable else o.optimizer
+    late = f", {o.late_rate:g} from step {o.late_from_step:,}" if o.late_rate else ""
+    decay = (f"weight decay {o.weight_decay:g} per step at the peak rate (fully decoupled; scaled by lr / peak)"
+             if stable else f"weight decay {o.weight_decay:g}, clip {o.clip_norm:g}")
+    return (f"optimizer: {name}, lr {o.learning_rate:g}{late}, warmup {o.warmup_steps:,} steps, schedule "
+            f"{o.schedule} to step {o.num_train_steps:,}"
+            + (f" (the last {o.decay_steps:,} decaying)" if o.schedule == "wsd" else "") + f", {decay}")
 
 
 def _data_line(c, spec: str, split: str) -> str:

@@ -74,6 +74,8 @@ def get_config(arg=None):
     config.optimizer.schedule = "bert"
     config.optimizer.decay_power = 1.0  # 1: linear decay
     config.optimizer.decay_steps = 0  # schedule "wsd" only: the last N steps decay (1 - sqrt)
+    config.optimizer.late_rate = 0.0  # schedule "wsd" only: a later stable rate (pre-training's)
+    config.optimizer.late_from_step = 0
     config.optimizer.generator_lr_scale = 1.0  # ELECTRA pre-training's; no generator here
 
     config.predict_splits = ()  # also write predictions for these (("test",): GLUE submission files)

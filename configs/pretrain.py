@@ -4,8 +4,9 @@ Named arguments: model (bert | roberta | albert | electra | modernbert: the reci
 (bert, roberta: tiny | mini | small | medium | base | large; albert: base … xxlarge; electra: small |
 base | large; modernbert: base | large), masking (static | dynamic), objective (nsp | sop | none), phase
 (bert: 1: length 128 to step 900k, 2: length 512 to 1M on phase 1's state; modernbert: 1: length
-1,024, 2: the context extension to 8,192 on phase 1's parameters), runlocal (the tiny model on the
-gensim Wikipedia excerpt, a few CPU minutes; electra: on a ModernBERT runlocal workdir's encoder),
+1,024, RoPE 10k, 2: the context extension to 8,192 on phase 1's state, the global layers' RoPE at
+160k), runlocal (the tiny model on the gensim Wikipedia excerpt, a few CPU minutes; electra: on a
+ModernBERT runlocal workdir's encoder),
 scratch (electra's runlocal in one stage, from scratch), synthetic (random batches), recipe (lamb: You
 et al. 2019, `lamb`), per_device (rows per device in a micro-batch; the step accumulates the rest).
 
@@ -86,10 +87,13 @@ RECIPES = {
         "large": dict(data=dict(max_seq_length=512, max_predictions_per_seq=128, masked_lm_prob=0.25),
                       batch_size=2048, num_train_steps=400_000,
                       optimizer=dict(learning_rate=2e-4, num_train_steps=400_000)),
-        # Two-stage (Clark et al. 2020, §3.2): the discriminator's encoder starts from ModernBERT's runlocal
-        # masked LM (init_checkpoint, init_mode "encoder"); from scratch it learns no context in a CPU
-        # budget (docs/records.md, "The runlocal recipes"). So that encoder and recipe, lr 1e-3, own tables.
-        "runlocal": dict(lr=1e-3, model=dict(size="modernbert-tiny", embedding_size=None, use_pooler=False),
+        # Joint ELECTRA training warm-started from a masked LM: the discriminator's encoder starts from
+        # ModernBERT's runlocal workdir (init_checkpoint, init_mode "encoder"), generator and heads fresh,
+        # both then trained together (not the paper's §3.2 two-stage training, which trains the generator
+        # alone first and freezes it); from scratch it learns no context in a CPU budget (docs/records.md,
+        # "The runlocal recipes"). So that encoder, AdamW as measured, lr 1e-3, the generator's own tables.
+        "runlocal": dict(lr=1e-3, model=dict(size="modernbert-tiny", embedding_size=None, use_pooler=False,
+                                             rope_theta=10_000.0),  # as the ModernBERT runlocal it starts from
                          electra=dict(tie_embeddings=False), init_mode="encoder",
                          data=dict(max_seq_length=128, max_predictions_per_seq=38, masked_lm_prob=0.3),
                          optimizer=dict(optimizer="adamw", bias_correction=True, b2=0.98, eps=1e-6,
@@ -102,29 +106,41 @@ RECIPES = {
                                  num_train_steps=300,
                                  optimizer=dict(bias_correction=True, num_train_steps=300, warmup_steps=30)),
     },
-    # ModernBERT: `modernbert` below applies its phases and sizes.
+    # ModernBERT (Warner et al., 2024, §2.2, and its reference code): 30% masking, no NSP, documents
+    # packed whole into rows without attention between them (DOC-SENTENCES examples, pack_examples),
+    # StableAdamW (per-tensor update clipping, no global clip; weight decay 1e-5 per step at the peak,
+    # fully decoupled), b2 0.98, eps 1e-6, warmup-stable-decay; RoPE at 10k on every layer until the
+    # context extension (phase 2 sets the global layers' 160k). `modernbert` below applies the phases.
     "modernbert": {
-        "all": dict(model=dict(max_position_embeddings=8192, hidden_dropout_prob=0.0, attention_dropout_prob=0.0),
-                    data=dict(masked_lm_prob=0.3, masking="dynamic", packing="full", short_seq_prob=0.0),
-                    optimizer=dict(optimizer="adamw", bias_correction=True, b1=0.9, b2=0.98, eps=1e-6,
-                                   weight_decay=1e-5, schedule="wsd")),
-        # Adam at 2e-3, its last 150 steps decaying: the tiny model at length 128, 38 predictions (30%).
+        "all": dict(model=dict(max_position_embeddings=8192, hidden_dropout_prob=0.0, attention_dropout_prob=0.0,
+                               rope_theta=10_000.0),
+                    data=dict(masked_lm_prob=0.3, masking="dynamic", packing="doc", pack_examples=8,
+                              short_seq_prob=0.0),
+                    optimizer=dict(optimizer="stableadamw", bias_correction=True, b1=0.9, b2=0.98, eps=1e-6,
+                                   weight_decay=1e-5, clip_norm=0.0, schedule="wsd")),
+        # 2e-3, its last 150 steps decaying: the tiny model at length 128, 38 predictions (30%).
         "runlocal": dict(lr=2e-3, model=dict(size="modernbert-tiny"),
                          data=dict(max_seq_length=128, max_predictions_per_seq=38),
                          optimizer=dict(decay_steps=150)),
     },
 }
-# ModernBERT (Warner et al., 2024, §2.2 and Table 3) as the token counts of its paper at 4,608 rows of
-# 1,024 tokens a step (4.7M tokens): 30% masked, no NSP, sequences packed, StableAdamW (here AdamW with
-# bias correction), b2 0.98, weight decay 1e-5, warmup-stable-decay: 3B tokens of warmup (640 steps),
-# 1.7T tokens at length 1,024 (360k steps; the decay waits for the context extension); then phase 2,
-# on phase 1's parameters: 250B tokens at 8,192 (53k steps of 576 rows) at lr 3e-4, the last 50B
-# decaying as 1 - sqrt (10.6k steps).
+# ModernBERT's token counts at 4,608 rows of 1,024 tokens a step (4.7M tokens; the paper's batch-size
+# warmup from 768 rows over the first 50B tokens is not done here: docs/family.md). Phase 1: the
+# warmup (3B tokens base, 2B large), then 1.7T tokens at length 1,024 at the peak rate, no decay
+# (large: 5e-4 for 900B, then 5e-5 for 800B: the paper's roll-back). Phase 2, the context extension,
+# continues phase 1's state (its optimizer moments and step): the global layers' RoPE base to 160k,
+# 576 rows of 8,192 tokens (the same tokens a step), 250B tokens at the phase's rate, then 50B of
+# 1 - sqrt decay: steps are counted on from phase 1's 360k.
 MODERNBERT_PHASES = {
-    1: dict(length=1024, predictions=308, batch=4608, steps=360_000, warmup=640, decay=0),
-    2: dict(length=8192, predictions=2458, batch=576, steps=53_000, warmup=0, decay=10_600),
+    1: dict(length=1024, predictions=308, batch=4608, steps=360_000, decay=0, pack=8, rope=10_000.0),
+    2: dict(length=8192, predictions=2458, batch=576, steps=360_000 + 53_000 + 10_600, decay=10_600, pack=32,
+            rope=160_000.0),
 }
-MODERNBERT_LR = {"base": (8e-3, 3e-4), "large": (5e-4, 5e-5)}  # (phase 1, phase 2)
+# Per size: warmup steps, phase 1's rate (and its late rate from a step), phase 2's rate and weight decay.
+MODERNBERT_SIZES = {
+    "base": dict(warmup=640, lr=(8e-4, 3e-4), late=(0.0, 0), weight_decay=(1e-5, 1e-5)),
+    "large": dict(warmup=424, lr=(5e-4, 5e-5), late=(5e-5, 190_700), weight_decay=(1e-5, 1e-6)),
+}
 
 
 # The LAMB recipe (You et al., 2019, §4: BERT-large in 8,599 steps) with NVIDIA's published settings
@@ -229,6 +245,8 @@ def get_config(arg=None):
     config.optimizer.schedule = "bert"  # bert: decay from step 0 (Google's); linear: from the end of warmup
     config.optimizer.decay_power = 1.0  # 1: linear decay
     config.optimizer.decay_steps = 0  # schedule "wsd" only: the last N steps decay (1 - sqrt)
+    config.optimizer.late_rate = 0.0  # schedule "wsd" only: > 0, the stable rate from late_from_step on
+    config.optimizer.late_from_step = 0
     config.optimizer.generator_lr_scale = 1.0  # ELECTRA: the generator's rate over the discriminator's
 
     config.mesh_shape = (-1, 1, 1)  # (data, fsdp, tensor); e.g. (-1, 8, 1): FSDP on a pod slice
@@ -256,6 +274,8 @@ def get_config(arg=None):
         modernbert(config, args)
     if args.recipe == "lamb":
         lamb(config, args)
+    if args.synthetic:
+        config.data.pack_examples = 0  # synthetic batches come padded (the benchmark packs them: --packing K)
     if args.synthetic and args.runlocal:
         config.model.vocab_size = 1000
     return config
@@ -296,14 +316,19 @@ def update(config, settings: dict):
 
 
 def modernbert(config, args):
-    """Phase ``args.phase`` of ModernBERT's recipe (`MODERNBERT_PHASES`, `MODERNBERT_LR`): phase 2 is
-    its own run on phase 1's parameters (``init_checkpoint``; a fresh optimizer at its own rate)."""
-    phase = MODERNBERT_PHASES[args.phase]
-    config.data.update(max_seq_length=phase["length"], max_predictions_per_seq=phase["predictions"])
+    """Phase ``args.phase`` of ModernBERT's recipe (`MODERNBERT_PHASES`, `MODERNBERT_SIZES`): phase 2
+    continues phase 1's state (``init_checkpoint``, init_mode "state": the optimizer's moments and
+    step carry over; the schedule runs on from step 360k at phase 2's rate)."""
+    phase, size, i = MODERNBERT_PHASES[args.phase], MODERNBERT_SIZES[args.size], args.phase - 1
+    config.data.update(max_seq_length=phase["length"], max_predictions_per_seq=phase["predictions"],
+                       pack_examples=phase["pack"])
+    config.model.rope_theta = phase["rope"]  # the global layers' base; local layers stay at 10k
     config.batch_size, config.num_train_steps = phase["batch"], phase["steps"]
-    config.init_mode = "params" if args.phase == 2 else "state"
-    config.optimizer.update(learning_rate=MODERNBERT_LR[args.size][args.phase - 1], num_train_steps=phase["steps"],
-                            warmup_steps=phase["warmup"], decay_steps=phase["decay"])
+    config.init_mode = "state"
+    late_rate, late_from = size["late"] if args.phase == 1 else (0.0, 0)
+    config.optimizer.update(learning_rate=size["lr"][i], num_train_steps=phase["steps"], warmup_steps=size["warmup"],
+                            decay_steps=phase["decay"], weight_decay=size["weight_decay"][i], late_rate=late_rate,
+                            late_from_step=late_from)
 
 
 def lamb(config, args):

@@ -38,6 +38,7 @@ import errno
 import json
 import logging
 import multiprocessing
+import os
 import tempfile
 import time
 
@@ -59,7 +60,7 @@ from input_pipeline.pretraining.shards import (
     read_unit,
     write_shard,
 )
-from input_pipeline.tokenizers.wordpiece import WordPieceTokenizer
+from input_pipeline.tokenizers.factory import open_tokenizer, source_file
 
 log = logging.getLogger(__name__)
 
@@ -102,15 +103,16 @@ def create_pretraining_data(input_spec, output_dir: str, tokenizer, *, num_worke
                             progress: bool = True, runner: str | None = None,
                             pipeline_args: tuple[str, ...] = (), **settings) -> dict:
     """Writes ``output_dir/pretrain-*-of-*.tfrecord``, ``config.json`` and ``summary.json``;
-    returns the summary. ``tokenizer``: a `WordPieceTokenizer` or a vocab.txt path; ``settings``:
+    returns the summary. ``tokenizer``: a tokenizer (`input_pipeline.tokenizers.factory`: WordPiece,
+    SentencePiece, byte-level BPE, a ``tokenizer.json``) or the path of its vocabulary; ``settings``:
     the fields of `Settings` (``max_seq_length``, ``dupe_factor``, ``objective``, ...).
     Earlier ``pretrain-*`` files in ``output_dir`` are removed first; nothing is reused.
     ``runner`` (a Beam runner's name): run as a Beam pipeline with Beam's options ``pipeline_args``
     (the same output; ``num_workers`` and ``progress`` are then the runner's business)."""
     s = Settings(**settings)
     s.check()
-    if not isinstance(tokenizer, WordPieceTokenizer):
-        tokenizer = WordPieceTokenizer(tokenizer)
+    if isinstance(tokenizer, (str, os.PathLike)):
+        tokenizer = open_tokenizer(tokenizer)
     tfds = isinstance(input_spec, str) and input_spec.strip().startswith("tfds:")
     units = [input_spec] if tfds else sources.list_files(input_spec)
     if tf.io.gfile.exists(output_dir) and not tf.io.gfile.isdir(output_dir):
@@ -124,7 +126,7 @@ def create_pretraining_data(input_spec, output_dir: str, tokenizer, *, num_worke
     start = time.time()
     workers = max(1, min(num_workers, max(len(units), s.num_shards)))
     with tempfile.TemporaryDirectory(prefix="pretrain-spill-") as spill_dir:
-        job = ShardingJob(s, tuple(units), output_dir, spill_dir, tokenizer.vocab_file, tokenizer.lower_case)
+        job = ShardingJob(s, tuple(units), output_dir, spill_dir, source_file(tokenizer), tokenizer.lower_case)
         pool = queue = None
         if workers > 1:
             ctx = multiprocessing.get_context("spawn")  # TF is not fork-safe
@@ -142,7 +144,7 @@ def create_pretraining_data(input_spec, output_dir: str, tokenizer, *, num_worke
                 pool.terminate()
                 pool.join()
     return outputs.finish(output_dir, input_spec, s, read=read, written=written, input_files=len(units),
-                          vocab_file=tokenizer.vocab_file, vocab_size=tokenizer.vocab_size,
+                          vocab_file=source_file(tokenizer), vocab_size=tokenizer.vocab_size,
                           lower_case=tokenizer.lower_case, seconds=time.time() - start,
                           engine={"num_workers": workers})
 
@@ -156,9 +158,11 @@ def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
                         "(*.xml[.bz2]), tfds:NAME[:SPLIT] or pkg:wikipedia; see input_pipeline.corpora.sources.",
                         flag_values=fv)
     flags.DEFINE_string("output", None, "Output directory for the shards, config.json, summary.json.", flag_values=fv)
-    flags.DEFINE_string("vocab", None, "WordPiece vocab.txt (or pkg:minilm/vocab.txt).", flag_values=fv)
+    flags.DEFINE_string("vocab", None, "The vocabulary: a WordPiece vocab.txt (or pkg:minilm/vocab.txt), a "
+                        "SentencePiece .model, a byte-level BPE vocab.json + merges.txt, a tokenizer.json "
+                        "(ModernBERT's), or a directory holding one.", flag_values=fv)
     flags.DEFINE_enum("lower_case", "auto", ["auto", "true", "false"],
-                      "Lower-case input (auto: from the vocabulary).", flag_values=fv)
+                      "Lower-case input (auto: from the vocabulary; WordPiece only).", flag_values=fv)
     flags.DEFINE_integer("max_seq_length", _D.max_seq_length, "Examples are padded to this length.", flag_values=fv)
     flags.DEFINE_integer("max_predictions_per_seq", _D.max_predictions_per_seq,
                          "Masked positions per example (P).", flag_values=fv)
@@ -224,7 +228,7 @@ def main(argv, fv: flags.FlagValues = flags.FLAGS) -> None:
         logging.getLogger(chatty).setLevel(logging.WARNING)
     F = fv
     lower = {"auto": None, "true": True, "false": False}[F.lower_case]
-    tokenizer = WordPieceTokenizer(locate(F.vocab), lower_case=lower)  # pkg:... → a local path
+    tokenizer = open_tokenizer(locate(F.vocab), lower)  # pkg:... → a local path
     names = [f.name for f in dataclasses.fields(Settings)]
     summary = create_pretraining_data(locate(F.input), F.output, tokenizer, num_workers=F.num_workers,
                                       progress=F.progress, runner=F.runner, pipeline_args=tuple(argv[1:]),

@@ -184,7 +184,7 @@ def tiny_config():
         c.optimizer.update(num_train_steps=6, warmup_steps=2, decay_steps=min(c.optimizer.decay_steps, 2))
         c.log_every, c.checkpoint_every, c.eval_every, c.eval_steps = 2, 3, 3, 2
         c.mesh_shape = (-1, 1, 1)  # data-parallel over the 8 fake CPU devices
-        if c.init_mode == "encoder":  # ELECTRA's two-stage runlocal: from scratch unless the caller gives a start
+        if c.init_mode == "encoder":  # ELECTRA's warm-started runlocal: from scratch unless the caller gives a start
             c.init_mode = "state"
         for k, v in kw.items():
             c[k] = v

@@ -16,8 +16,8 @@ Runs the trainer as ``train.py --config configs/pretrain.py:model=electra,runloc
 (``electra.tie_embeddings=False``), 10% warmup, and the held-out metrics in WORKDIR/metrics.jsonl.
 ``--start fresh`` keeps the generator's usual start (the comparison runs). ``--set KEY=VALUE``
 (repeatable) sets any other config key, or a `BertConfig` field in ``model.``. ``--encoder_from
-WORKDIR`` starts the discriminator's encoder from a masked LM's workdir (ELECTRA's two-stage
-training, Clark et al. 2020, §3.2), e.g. ModernBERT's ``runlocal`` with ``--set
+WORKDIR`` starts the discriminator's encoder from a masked LM's workdir (joint ELECTRA training
+warm-started from a masked-LM encoder), e.g. ModernBERT's ``runlocal`` with ``--set
 model.size=modernbert-tiny --set model.embedding_size=None``: the measurement behind
 ``model=electra,runlocal``, which the trainer now runs itself (``init_mode=encoder``).
 """
@@ -93,7 +93,7 @@ def main(argv=None) -> None:
         for part in path:
             node = node[part]
         node[last] = value  # a new key where the section has none (model.norm_position)
-    if args.encoder_from:  # the trainer's own two-stage start (init_mode=encoder)
+    if args.encoder_from:  # the trainer's own warm start (init_mode=encoder)
         config.init_checkpoint, config.init_mode = args.encoder_from, "encoder"
     if args.start == "fresh":
         launch.run(config, args.workdir)

@@ -82,23 +82,32 @@ def test_train_py_dry_run_prints_the_plan_and_writes_nothing(shards_config, pret
 
 
 def test_modernbert_phases_plan(load_config, tmp_path):
-    """configs/pretrain.py:model=modernbert (docs/family.md): phase 1 at 1,024 tokens with the peak held
-    (warmup-stable), phase 2 at 8,192 on phase 1's parameters with its last steps decaying."""
+    """configs/pretrain.py:model=modernbert (docs/family.md): phase 1 at 1,024 tokens, RoPE 10k on every
+    layer, StableAdamW at 8e-4 (large 5e-4, then 5e-5 from 900B tokens) with the peak held; phase 2 at
+    8,192 continuing phase 1's state (moments and step), the global layers at 160k, 3e-4 with its
+    last 10.6k steps decaying."""
     text = {}
-    for phase in (1, 2):
-        c = load_config("pretrain", f"model=modernbert,phase={phase}")
+    for size, phase in (("base", 1), ("base", 2), ("large", 1)):
+        c = load_config("pretrain", f"model=modernbert,size={size},phase={phase}")
         c.data.update(input="pkg:wikipedia", vocab="pkg:minilm/vocab.txt", eval_fraction=0.05)
         if phase == 2:
             (tmp_path / "p1" / "checkpoints" / "360000").mkdir(parents=True)
             c.init_checkpoint = str(tmp_path / "p1")
-        text[phase] = launch.dry_run(c, tmp_path / f"w{phase}")
-    assert "model: modernbert-base (22 layers x 768" in text[1] and "objective none" in text[1]
-    assert "length 1024, 308 predictions per row, dynamic masking" in text[1]
-    assert "steps: 0 -> 360,000" in text[1] and "batch 4,608" in text[1]
-    assert "lr 0.008, warmup 640 steps, schedule wsd to step 360,000 (the last 0 decaying)" in text[1]
-    assert "length 8192, 2458 predictions per row" in text[2] and "batch 576" in text[2]
-    assert "init_mode=params: a fresh optimizer" in text[2]
-    assert "lr 0.0003, warmup 0 steps, schedule wsd to step 53,000 (the last 10,600 decaying)" in text[2]
+        text[size, phase] = launch.dry_run(c, tmp_path / f"w{size}{phase}")
+    one, two, large = text["base", 1], text["base", 2], text["large", 1]
+    assert "model: modernbert-base (22 layers x 768" in one and "objective none" in one
+    assert "rotary base 10,000 in global layers, 10,000 in local ones" in one
+    assert "length 1024, 308 predictions per row, dynamic masking; up to 8 examples a row, none attending" in one
+    assert "steps: 0 -> 360,000" in one and "batch 4,608" in one
+    assert ("optimizer: stableadamw (update clipping per tensor, no global clip), lr 0.0008, warmup 640 steps, "
+            "schedule wsd to step 360,000 (the last 0 decaying), weight decay 1e-05 per step at the peak rate") in one
+    assert "lr 0.0005, 5e-05 from step 190,700, warmup 424 steps" in large
+    assert "length 8192, 2458 predictions per row, dynamic masking; up to 32 examples a row" in two
+    assert "batch 576" in two
+    assert "rotary base 160,000 in global layers, 10,000 in local ones" in two
+    assert f"start: {tmp_path / 'p1'}'s state at step 360,000 (parameters, optimizer, step" in two
+    assert "steps: 360,000 -> 423,600 (63,600 to run)" in two
+    assert "lr 0.0003, warmup 640 steps, schedule wsd to step 423,600 (the last 10,600 decaying)" in two
 
 
 def test_electra_runlocal_plan_starts_from_a_masked_lm(load_config, tmp_path):

@@ -166,9 +166,8 @@ def compile_step(config, devices, batch_size: int, compile: bool = True) -> dict
     config = config.copy_and_resolve_references()
     config.batch_size = batch_size
     pretraining = "task" not in config
-    if pretraining and (config.data.pack_examples or config.unpad_multiple):
-        raise ValueError("the AOT tool compiles padded, unpacked batches: set --config.data.pack_examples=0 "
-                         "--config.unpad_multiple=0")
+    if pretraining and config.unpad_multiple:
+        raise ValueError("the AOT tool compiles padded batches (packed ones too): set --config.unpad_multiple=0")
     mesh = sh.make_mesh(tuple(config.mesh_shape), devices)
     steps, cfg, shapes = trainer_steps.build(config, mesh)
     length = config.data.max_seq_length if pretraining else config.max_seq_length

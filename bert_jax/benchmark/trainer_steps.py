@@ -26,7 +26,8 @@ def build(config, mesh):
     from input_pipeline.pretraining.batch import shapes
 
     cfg, data = pretraining.model_config(config, vocab), config.data
-    return pretraining.build_steps(config, cfg, mesh), cfg, shapes(b, data.max_seq_length, data.max_predictions_per_seq)
+    return pretraining.build_steps(config, cfg, mesh), cfg, shapes(b, data.max_seq_length, data.max_predictions_per_seq,
+                                                                   data.pack_examples)
 
 
 def update_fn(steps):

@@ -19,6 +19,7 @@ CLASSIFIER_POOLINGS = ("cls", "mean")
 POSITION_EMBEDDINGS = ("absolute", "rotary")
 NORM_POSITIONS = ("post", "pre")
 FFNS = ("dense", "geglu")
+INIT_METHODS = ("bert", "megatron")
 # splash_interpret: the splash kernel in Pallas' interpreter (any backend: how the CPU tests check it).
 ATTENTION_IMPLS = ("xla", "cudnn", "explicit", "splash", "splash_interpret")
 DROPOUT_IMPLS = ("jax", "fused")
@@ -55,7 +56,7 @@ FAMILY_SIZES: dict[str, dict[str, Any]] = {
                                   position_embedding="rotary", rope_theta=160_000.0, local_rope_theta=10_000.0,
                                   local_window=128, global_every=3, norm_position="pre", ffn="geglu",
                                   use_bias=False, norm_bias=False, layer_norm_eps=1e-5, hidden_dropout_prob=0.0,
-                                  attention_dropout_prob=0.0, use_pooler=False)
+                                  attention_dropout_prob=0.0, use_pooler=False, init_method="megatron")
        for name, (layers, hidden, heads, inter) in {"tiny": (2, 128, 2, 192), "mini": (4, 256, 4, 384),
                                                     "base": (22, 768, 12, 1152),
                                                     "large": (28, 1024, 16, 2624)}.items()},
@@ -136,6 +137,9 @@ class BertConfig:
     attention_dropout_prob: float = 0.1
     layer_norm_eps: float = 1e-12
     initializer_range: float = 0.02
+    # How fresh weights are drawn (bert_jax/model/layers.py, weight_init): N(0, initializer_range²) cut at
+    # ±2σ; "megatron" (ModernBERT's reference) draws the blocks' output projections with σ / sqrt(2 · num_layers).
+    init_method: Literal["bert", "megatron"] = "bert"
     # Whether the encoder has the tanh(dense([CLS])) pooler (sentence-transformers checkpoints
     # such as all-MiniLM-L6-v2 ship none).
     use_pooler: bool = True
@@ -199,6 +203,7 @@ class BertConfig:
             "global_every": self.global_every >= 1,
             "norm_position": self.norm_position in NORM_POSITIONS,
             "ffn": self.ffn in FFNS,
+            "init_method": self.init_method in INIT_METHODS,
         }
         bad = [k for k, ok in checks.items() if not ok]
         if bad:
@@ -206,7 +211,8 @@ class BertConfig:
                 f"invalid BertConfig field(s) {bad}: {[getattr(self, k) for k in bad]} "
                 "(hidden_size must be divisible by num_heads; probabilities in [0, 1); position_embedding: "
                 f"{' | '.join(POSITION_EMBEDDINGS)}; norm_position: {' | '.join(NORM_POSITIONS)}; ffn: "
-                f"{' | '.join(FFNS)}; thetas > 0; local_window >= 0; global_every >= 1)"
+                f"{' | '.join(FFNS)}; init_method: {' | '.join(INIT_METHODS)}; thetas > 0; local_window >= 0; "
+                "global_every >= 1)"
             )
         if self.rotary and (self.head_dim % 2 or self.position_offset):
             raise ValueError(f"position_embedding='rotary' needs an even head width (hidden_size / num_heads = "

@@ -36,9 +36,15 @@ ACTIVATIONS = {
 }
 
 
-def weight_init(cfg: BertConfig, *names: str | None):
-    """Google BERT's initializer: truncated normal (±2σ), σ = initializer_range."""
-    return axes.init(jax.nn.initializers.truncated_normal(cfg.initializer_range), *names)
+def weight_init(cfg: BertConfig, *names: str | None, output: bool = False):
+    """N(0, σ²) cut at ±2σ (std 0.88σ: Google BERT's ``truncated_normal_initializer`` and PyTorch's
+    ``trunc_normal_``), σ = initializer_range; with ``cfg.init_method`` "megatron" (ModernBERT's
+    ``full_megatron``) the blocks' ``output`` projections (attention out, feed-forward out) take
+    σ / sqrt(2 · num_layers)."""
+    std = cfg.initializer_range
+    if output and cfg.init_method == "megatron":
+        std /= math.sqrt(2.0 * cfg.num_layers)
+    return axes.init(jax.nn.initializers.truncated_normal(std), *names)
 
 
 def zeros_init(*names: str | None):
@@ -60,14 +66,15 @@ def layer_norm(cfg: BertConfig, *, rngs: nnx.Rngs, width: int | None = None) -> 
     )
 
 
-def dense(cfg: BertConfig, din: int, dout: int, names: tuple, *, rngs: nnx.Rngs, bias: bool = True) -> nnx.Linear:
+def dense(cfg: BertConfig, din: int, dout: int, names: tuple, *, rngs: nnx.Rngs, bias: bool = True,
+          output: bool = False) -> nnx.Linear:
     return nnx.Linear(
         din,
         dout,
         use_bias=bias,
         dtype=cfg.compute_dtype,
         param_dtype=cfg.param_dtype,
-        kernel_init=weight_init(cfg, *names),
+        kernel_init=weight_init(cfg, *names, output=output),
         bias_init=zeros_init(names[-1]),
         rngs=rngs,
     )
@@ -237,14 +244,14 @@ class SelfAttention(nnx.Module):
         self.cfg = cfg
         n, h, d = cfg.num_heads, cfg.head_dim, cfg.hidden_size
 
-        def project(spec: str, kernel_shape, kernel_axes, bias_shape, bias_axes) -> nnx.Einsum:
+        def project(spec: str, kernel_shape, kernel_axes, bias_shape, bias_axes, output=False) -> nnx.Einsum:
             return nnx.Einsum(
                 spec,
                 kernel_shape,
                 bias_shape if cfg.use_bias else None,
                 dtype=cfg.compute_dtype,
                 param_dtype=cfg.param_dtype,
-                kernel_init=weight_init(cfg, *kernel_axes),
+                kernel_init=weight_init(cfg, *kernel_axes, output=output),
                 bias_init=zeros_init(*bias_axes),
                 rngs=rngs,
             )
@@ -254,7 +261,7 @@ class SelfAttention(nnx.Module):
         self.key = project(*qkv)
         self.value = project(*qkv)
         self.output = project(
-            "BTNH,NHD->BTD", (n, h, d), (axes.HEADS, axes.KV, axes.EMBED), (d,), (axes.EMBED,)
+            "BTNH,NHD->BTD", (n, h, d), (axes.HEADS, axes.KV, axes.EMBED), (d,), (axes.EMBED,), output=True
         )
         self.dropout = Dropout(cfg.attention_dropout_prob, cfg.dropout_impl)
 
@@ -310,7 +317,7 @@ class FeedForward(nnx.Module):
                 bias_init=zeros_init(None, axes.MLP), rngs=rngs)
         else:
             self.intermediate = dense(cfg, d, f, (axes.EMBED, axes.MLP), rngs=rngs, bias=cfg.use_bias)
-        self.output = dense(cfg, f, d, (axes.MLP, axes.EMBED), rngs=rngs, bias=cfg.use_bias)
+        self.output = dense(cfg, f, d, (axes.MLP, axes.EMBED), rngs=rngs, bias=cfg.use_bias, output=True)
 
     def __call__(self, x):
         # x: [*tokens, embed]

@@ -21,6 +21,16 @@ Per update (``g`` the gradient, ``p`` the parameter, ``t`` the optimizer step fr
 
 Weight decay is decoupled from the gradient (it never enters m or v) but scaled by lr(t), exactly
 as Google's ``AdamWeightDecayOptimizer`` and ``optax.adamw`` do.
+
+``"stableadamw"`` (ModernBERT's; Wortsman et al., 2023, Algorithm 2, as optimi's ``StableAdamW``
+with ``decouple_lr``) replaces the clip with a per-tensor one and decouples the decay from the rate:
+
+    r  = sqrt(mean over the tensor of g^2 / max(v_hat, eps^2))     (v_hat after this step's update)
+    s  = 1 / max(1, r)                                             per tensor
+    p <- p - lr(t) * s * (m_hat / (sqrt(v_hat) + eps) + weight_decay / lr_peak * p)
+
+so the decay is ``weight_decay`` per step at the peak rate, ``weight_decay * lr(t) / lr_peak`` on
+the way (the same mask), and no gradient clipping applies (``clip_norm`` must be 0).
 """
 
 from __future__ import annotations
@@ -34,9 +44,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from bert_jax.training.trust_ratio import path_names, scale_by_layerwise_trust_ratio
+from bert_jax.training.trust_ratio import axes_by_path, path_names, scale_by_layerwise_trust_ratio
 
-OPTIMIZERS = ("adamw_bert", "adamw", "lamb")
+OPTIMIZERS = ("adamw_bert", "adamw", "lamb", "stableadamw")
 SCHEDULES = ("bert", "linear", "wsd")
 DECAYED_NAMES = ("kernel", "embedding")
 
@@ -72,6 +82,10 @@ class OptimizerConfig:
     # "wsd": the last decay_steps of num_train_steps decay (1 - sqrt; 0: none in this run, a later
     # phase decays); the other schedules ignore it (0).
     decay_steps: int
+    # "wsd" only: from step late_from_step on, the stable rate is late_rate instead of learning_rate
+    # (ModernBERT-large's roll-back to 5e-5 after 900B tokens); late_rate 0: none (late_from_step 0).
+    late_rate: float
+    late_from_step: int
     # A multiplier on the learning rate of ELECTRA's generator (its encoder ``generator`` and its
     # masked-LM head ``mlm``; the embedding tables are the discriminator's and keep the base rate).
     # 1: the reference's one rate.
@@ -117,6 +131,17 @@ class OptimizerConfig:
                                f"{self.num_train_steps - self.warmup_steps}] (0: no decay in this run)")
         if not isinstance(self.bias_correction, bool):
             bad("bias_correction", "a bool")
+        late, start = self.late_rate, self.late_from_step
+        if isinstance(late, bool) or not isinstance(late, (int, float)) or not math.isfinite(late) or late < 0:
+            bad("late_rate", "a finite number >= 0 (0: none)")
+        if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+            bad("late_from_step", "an integer >= 0")
+        if late and not (self.schedule == "wsd" and self.warmup_steps <= start <= self.num_train_steps - d):
+            bad("late_rate", f"with schedule 'wsd' and late_from_step in [warmup_steps, num_train_steps - "
+                             f"decay_steps] = [{self.warmup_steps}, {self.num_train_steps - d}] (0: no late rate)")
+        if self.optimizer == "stableadamw" and (self.clip_norm or not self.bias_correction):
+            bad("optimizer", "'stableadamw' with clip_norm 0 (it clips each tensor's update itself) and "
+                             "bias_correction True (its moments are debiased)")
 
     @classmethod
     def from_config_dict(cls, cfg: Any, *, ignore_unknown: bool = False) -> OptimizerConfig:
@@ -204,8 +229,8 @@ def linear_schedule(learning_rate: float, warmup_steps: int, num_train_steps: in
     return schedule
 
 
-def wsd_schedule(learning_rate: float, warmup_steps: int, num_train_steps: int, decay_steps: int
-                 ) -> optax.Schedule:
+def wsd_schedule(learning_rate: float, warmup_steps: int, num_train_steps: int, decay_steps: int,
+                 late_rate: float = 0.0, late_from_step: int = 0) -> optax.Schedule:
     """Warmup-stable-decay (ModernBERT, Warner et al., 2024, §2.2: a trapezoid with the 1 - sqrt
     decay of Hägele et al., 2024): linear warmup, then the peak held, then over the last
     ``decay_steps`` (D) of the N steps:
@@ -215,13 +240,16 @@ def wsd_schedule(learning_rate: float, warmup_steps: int, num_train_steps: int, 
         lr(t) = init_lr * (1 - sqrt((t - (N - D)) / D))              otherwise (0 from t = N on)
 
     The stable phase has no end built in, so a run can be extended (a longer N) before its decay;
-    ``decay_steps`` 0 holds the peak to the end (ModernBERT's phase 1: its decay is phase 2's)."""
+    ``decay_steps`` 0 holds the peak to the end (ModernBERT's phase 1: its decay is phase 2's).
+    ``late_rate`` > 0: the stable rate is ``late_rate`` from step ``late_from_step`` on (the decay
+    then starts from it): ModernBERT-large's roll-back."""
     init, w, n, d = float(learning_rate), int(warmup_steps), int(num_train_steps), int(decay_steps)
 
     def schedule(step):
         t = jnp.asarray(step, jnp.float32)
+        stable = jnp.where(t < late_from_step, init, late_rate) if late_rate else init
         into = jnp.clip((t - (n - d)) / d, 0.0, 1.0) if d else 0.0  # the decay's progress, 0 before it
-        lr = init * (1.0 - jnp.sqrt(into))
+        lr = stable * (1.0 - jnp.sqrt(into))
         return lr if w == 0 else jnp.where(t < w, init * t / w, lr)
 
     return schedule
@@ -229,7 +257,8 @@ def wsd_schedule(learning_rate: float, warmup_steps: int, num_train_steps: int, 
 
 def make_schedule(cfg: OptimizerConfig) -> optax.Schedule:
     if cfg.schedule == "wsd":
-        return wsd_schedule(cfg.learning_rate, cfg.warmup_steps, cfg.num_train_steps, cfg.decay_steps)
+        return wsd_schedule(cfg.learning_rate, cfg.warmup_steps, cfg.num_train_steps, cfg.decay_steps,
+                            cfg.late_rate, cfg.late_from_step)
     fn = bert_schedule if cfg.schedule == "bert" else linear_schedule
     return fn(cfg.learning_rate, cfg.warmup_steps, cfg.num_train_steps, cfg.decay_power)
 
@@ -285,6 +314,52 @@ def scale_by_adam_no_bias_correction(b1: float = 0.9, b2: float = 0.999, eps: fl
     return optax.GradientTransformation(init_fn, update_fn)
 
 
+def layer_mean(x: jax.Array, axis: int | None) -> jax.Array:
+    """Mean over every axis but ``axis`` (kept as a length-1 axis): per layer of a stacked leaf, one
+    value (``[]``) for ``axis=None``."""
+    if axis is None:
+        return jnp.mean(x)
+    return jnp.mean(x, axis=tuple(a for a in range(x.ndim) if a != axis % x.ndim), keepdims=True)
+
+
+def scale_by_stable_adam(b1: float, b2: float, eps: float, decay: float = 0.0, mask=None, stacked: Any = None
+                         ) -> optax.GradientTransformation:
+    """StableAdamW's direction before the learning rate (see the module's docstring): per tensor,
+    ``s * (m_hat / (sqrt(v_hat) + eps) + decay * p)`` with ``s = 1 / max(1, r)``, r the RMS of
+    ``g^2 / max(v_hat, eps^2)`` over the tensor; ``decay`` (weight_decay / lr_peak) only where
+    ``mask(params)`` is True. A tensor is one layer's: ``stacked`` (as `make_optimizer`'s) names the
+    layers axis of stacked leaves, whose RMS is then taken per layer, as the reference's per-layer
+    tensors have it. The state is ``optax.ScaleByAdamState``."""
+
+    def init_fn(params):
+        return optax.ScaleByAdamState(count=jnp.zeros([], jnp.int32), mu=optax.tree.zeros_like(params),
+                                      nu=optax.tree.zeros_like(params))
+
+    def update_fn(grads, state, params=None):
+        count = optax.safe_increment(state.count)
+        mu = optax.tree.update_moment(grads, state.mu, b1, 1)
+        nu = optax.tree.update_moment_per_elem_norm(grads, state.nu, b2, 2)
+        t = count.astype(jnp.float32)
+        # Bias corrections 1 - b^t (optimi's debiased betas give the same m_hat, v_hat), as -expm1(t log b):
+        # float32's b^t would make step 1's RMS term 1 + 1e-5 instead of 1, and cut every first step.
+        c1, c2 = (-jnp.expm1(t * math.log(b)) if b > 0 else 1.0 for b in (b1, b2))
+        decayed = mask(params) if mask is not None and decay else jax.tree.map(lambda _: False, grads)
+        table = axes_by_path(stacked) if stacked is not None else {}
+
+        def one(path, g, m, v, p, d):
+            v_hat = v / c2
+            r = jnp.sqrt(layer_mean(jnp.square(g) / jnp.maximum(v_hat, eps**2), table.get(path_names(path))))
+            u = (m / c1) / (jnp.sqrt(v_hat) + eps)
+            if d:
+                u = u + decay * p
+            return u / jnp.maximum(1.0, r)
+
+        updates = jax.tree_util.tree_map_with_path(one, grads, mu, nu, grads if params is None else params, decayed)
+        return updates, optax.ScaleByAdamState(count=count, mu=mu, nu=nu)
+
+    return optax.GradientTransformation(init_fn, update_fn)
+
+
 def make_optimizer(cfg: Any, *, ignore_unknown: bool = False, stacked: Any = None
                    ) -> tuple[optax.GradientTransformation, optax.Schedule]:
     """``(tx, schedule_fn)`` from an ``OptimizerConfig``, ``ConfigDict``, mapping or dataclass.
@@ -292,6 +367,8 @@ def make_optimizer(cfg: Any, *, ignore_unknown: bool = False, stacked: Any = Non
     - ``"adamw_bert"``: clip -> Adam (``bias_correction`` from the config; False = Google's)
       -> masked decay -> -lr(t). With ``bias_correction=True`` it equals ``"adamw"``.
     - ``"adamw"``: clip -> ``optax.adamw`` (always bias-corrected) with the same mask.
+    - ``"stableadamw"``: `scale_by_stable_adam` (per-tensor update clipping, fully decoupled masked
+      decay: ``weight_decay`` per step at the peak ``learning_rate``) -> -lr(t); no global clip.
     - ``"lamb"`` (You et al. 2019): clip -> Adam (``bias_correction`` as configured; a per-step
       scalar, it nearly cancels in the trust ratio) -> masked decay -> trust ratio -> -lr(t).
       The trust ratio ``||p|| / ||u||`` (1 where either norm is 0) is taken per layer and matrix:
@@ -311,6 +388,10 @@ def make_optimizer(cfg: Any, *, ignore_unknown: bool = False, stacked: Any = Non
     if cfg.optimizer == "adamw":
         parts.append(optax.adamw(lr, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps,
                                  weight_decay=cfg.weight_decay, mask=decay_mask))
+    elif cfg.optimizer == "stableadamw":
+        decay = cfg.weight_decay / cfg.learning_rate if cfg.learning_rate else 0.0
+        parts += [scale_by_stable_adam(cfg.b1, cfg.b2, cfg.eps, decay, decay_mask, stacked),
+                  optax.scale_by_learning_rate(lr)]
     else:
         if cfg.bias_correction:
             parts.append(optax.scale_by_adam(b1=cfg.b1, b2=cfg.b2, eps=cfg.eps))

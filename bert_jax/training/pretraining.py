@@ -380,7 +380,7 @@ def step0_reference(workdir) -> dict | None:
 # What init_checkpoint carries over: "state" (parameters, optimizer state and step: the paper's phase 2
 # continues phase 1's schedule), "params" (parameters only: the LAMB recipe's phase 2) or "encoder" (the
 # encoder's parameters ``bert/`` only, into a fresh state of any objective: ELECTRA's discriminator
-# started from a masked LM, Clark et al. 2020, §3.2).
+# warm-started from a masked LM's encoder, then trained jointly with a fresh generator).
 INIT_MODES = ("state", "params", "encoder")
 ENCODER = "bert"  # the encoder's key in every pre-training model's parameters
 

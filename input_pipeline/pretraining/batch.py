@@ -52,7 +52,14 @@ MODEL_INPUT_KEYS = ("example_ids", "cls_positions", "token_index")
 FLOAT_KEYS = frozenset(k.name for k in (*REQUIRED, *OPTIONAL) if k.dtype == np.float32)
 
 
-def shapes(batch: int, length: int, predictions: int) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-    """``{key: (shape, dtype)}`` of a plain (unpacked, padded) batch: what a step is compiled for."""
-    sizes = {"batch": batch, "length": length, "predictions": predictions}
-    return {k.name: (tuple(sizes[a] for a in k.shape), np.dtype(k.dtype)) for k in REQUIRED}
+def shapes(batch: int, length: int, predictions: int, slots: int = 0) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """``{key: (shape, dtype)}`` of a padded batch: what a step is compiled for; ``slots`` > 0 (packed
+    rows of up to that many examples, ``config.data.pack_examples``) adds the packing keys and gives
+    ``next_sentence_labels`` a label per slot."""
+    sizes = {"batch": batch, "length": length, "predictions": predictions, "slots": slots}
+    out = {k.name: (tuple(sizes[a] for a in k.shape), np.dtype(k.dtype)) for k in REQUIRED}
+    if slots:
+        out.update({k.name: (tuple(sizes[a] for a in k.shape), np.dtype(k.dtype)) for k in OPTIONAL
+                    if k.name in ("example_ids", "cls_positions", "nsp_weights")})
+        out["next_sentence_labels"] = ((batch, slots), np.dtype(np.int32))
+    return out

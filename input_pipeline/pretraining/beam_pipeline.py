@@ -54,6 +54,8 @@ from input_pipeline import command_line as cli
 from input_pipeline import hide_accelerators_from_tf
 from input_pipeline.corpora import sources
 from input_pipeline.pretraining import featurize, outputs, shards
+from input_pipeline.tokenizers.factory import open_tokenizer, source_file
+from input_pipeline.tokenizers.tokenizer_json import TOKENIZER_JSON
 from input_pipeline.tokenizers.wordpiece import WordPieceTokenizer
 
 log = logging.getLogger(__name__)
@@ -62,7 +64,8 @@ _COMPRESSION = {"none": CompressionTypes.UNCOMPRESSED, "gzip": CompressionTypes.
 
 
 class _WithTokenizer(beam.DoFn):
-    """A DoFn that builds its WordPiece tokenizer once per worker from the vocabulary's text."""
+    """A DoFn that builds its tokenizer once per worker from the vocabulary file's text (one file: a
+    WordPiece vocab.txt or a tokenizer.json, `build` checks)."""
 
     def __init__(self, job: shards.ShardingJob, vocab_text: str):
         self.job, self.vocab_text = job, vocab_text
@@ -73,7 +76,7 @@ class _WithTokenizer(beam.DoFn):
         path = os.path.join(self._dir, os.path.basename(self.job.vocab_file) or "vocab.txt")
         with open(path, "w", encoding="utf-8") as f:
             f.write(self.vocab_text)
-        self.tokenizer = WordPieceTokenizer(path, lower_case=self.job.lower_case)
+        self.tokenizer = open_tokenizer(path, self.job.lower_case)
 
     def teardown(self):
         shutil.rmtree(getattr(self, "_dir", ""), ignore_errors=True)
@@ -144,11 +147,15 @@ def _finish(_, *, output_dir: str, temp_dir: str, input_spec, job: shards.Shardi
         FileSystems.delete([temp_dir])
 
 
-def build(p: beam.Pipeline, input_spec, units: list[str], output_dir: str, tokenizer: WordPieceTokenizer,
+def build(p: beam.Pipeline, input_spec, units: list[str], output_dir: str, tokenizer,
           s: shards.Settings, *, runner: str) -> None:
     """Adds the pipeline's transforms to ``p`` (see the module docstring)."""
-    job = shards.ShardingJob(s, tuple(units), output_dir, "", tokenizer.vocab_file, tokenizer.lower_case)
-    with tf.io.gfile.GFile(tokenizer.vocab_file) as f:
+    source = source_file(tokenizer)
+    if not (isinstance(tokenizer, WordPieceTokenizer) or os.path.basename(source) == TOKENIZER_JSON):
+        raise ValueError(f"--vocab {source}: a Beam pipeline ships one vocabulary file to its workers: a WordPiece "
+                         f"vocab.txt or a {TOKENIZER_JSON} (or run without --runner)")
+    job = shards.ShardingJob(s, tuple(units), output_dir, "", source, tokenizer.lower_case)
+    with tf.io.gfile.GFile(source) as f:
         vocab_text = f.read()
     temp_dir = FileSystems.join(output_dir, f"{outputs.BEAM_TEMP}{uuid.uuid4().hex[:12]}")
     name = os.path.basename
@@ -186,7 +193,7 @@ class _QuietUserErrors(logging.Filter):
         return error is None or cli.debug() or not cli.is_user_error(error)
 
 
-def run(input_spec, output_dir: str, tokenizer: WordPieceTokenizer, units: list[str], s: shards.Settings,
+def run(input_spec, output_dir: str, tokenizer, units: list[str], s: shards.Settings,
         pipeline_args: list[str]) -> dict:
     """Runs the pipeline with Beam's options ``pipeline_args`` (``--runner=...`` among them) and
     waits for it; returns the summary it wrote."""

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from input_pipeline import hide_accelerators_from_tf
 from input_pipeline.corpora import sources
 from input_pipeline.pretraining import examples, featurize
-from input_pipeline.tokenizers.wordpiece import WordPieceTokenizer
+from input_pipeline.tokenizers.factory import open_tokenizer
 
 PREFIX = "pretrain"
 COMPRESSIONS = {"none": (None, ".tfrecord"), "gzip": ("GZIP", ".tfrecord.gz")}
@@ -82,7 +82,7 @@ class ShardingJob:
     units: tuple[str, ...]  # input files, or a single TFDS spec
     output_dir: str
     spill_dir: str
-    vocab_file: str
+    vocab_file: str  # the tokenizer's file (`input_pipeline.tokenizers.factory.source_file`): any kind
     lower_case: bool
 
 
@@ -181,7 +181,7 @@ _WORKER: dict = {}  # per worker process: its tokenizer and progress queue (set 
 
 def init_worker(vocab_file: str, lower_case: bool, queue) -> None:
     hide_accelerators_from_tf()
-    _WORKER.update(tokenizer=WordPieceTokenizer(vocab_file, lower_case=lower_case), queue=queue)
+    _WORKER.update(tokenizer=open_tokenizer(vocab_file, lower_case), queue=queue)
 
 
 def in_worker(args):

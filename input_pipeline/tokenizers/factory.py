@@ -86,3 +86,23 @@ def load_tokenizer(path_or_dir: str | os.PathLike) -> Tokenizer:
         return WordPieceTokenizer(path)
     raise VocabError(f"{path}: unknown kind of vocabulary file (expected a WordPiece *.txt such as "
                      f"{VOCAB_TXT}, a byte-level BPE {VOCAB_JSON} or a SentencePiece *.model)")
+
+
+def open_tokenizer(source: str | os.PathLike, lower_case: bool | None = None) -> Tokenizer:
+    """`load_tokenizer(source)`, with ``lower_case`` (None: as the vocabulary says) applied to a
+    WordPiece vocabulary; the others fix their own case, and a ``lower_case`` that differs from it is
+    a `VocabError` naming the file (create_pretraining_data's ``--lower_case``)."""
+    tokenizer = load_tokenizer(source)
+    if lower_case is None or lower_case == tokenizer.lower_case:
+        return tokenizer
+    if isinstance(tokenizer, WordPieceTokenizer):
+        return WordPieceTokenizer(tokenizer.vocab_file, lower_case=lower_case)
+    raise VocabError(f"{source_file(tokenizer)}: lower_case={lower_case} applies to WordPiece vocabularies; "
+                     f"this {type(tokenizer).__name__} fixes its own case (lower_case={tokenizer.lower_case}): "
+                     "leave it auto")
+
+
+def source_file(tokenizer: Tokenizer) -> str:
+    """The file `open_tokenizer` opens ``tokenizer`` from again (a worker process's copy): the
+    SentencePiece model, the vocab.txt, the vocab.json (merges.txt beside it) or the tokenizer.json."""
+    return getattr(tokenizer, "model_file", None) or tokenizer.vocab_file

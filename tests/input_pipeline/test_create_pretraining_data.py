@@ -146,3 +146,51 @@ def test_wikipedia_excerpt_end_to_end(minilm_dir, wikipedia_dump, tmp_path):
     _, parsed = shards["pretrain-00000-of-00003.tfrecord"]
     text = " ".join(tok.id_to_token(parsed["input_ids"][0][parsed["input_mask"][0] > 0]))
     assert text.startswith("[CLS]") and text.count("[SEP]") == 2
+
+
+def tokenizer_json_shards(golden_file, tmp_path, write_prose_corpus, workers: int):
+    """Shards of pseudo-prose built with the tests' 2,000-merge ModernBERT-style BPE; (its tokenizer,
+    its path, the corpus, the summary)."""
+    from input_pipeline.tokenizers.factory import load_tokenizer
+
+    vocab = golden_file("modernbert_l3/tokenizer.json")
+    corpus = write_prose_corpus(tmp_path / "prose.txt", n_sentences=200)
+    summary = cpd.create_pretraining_data(corpus, str(tmp_path / "out"), str(vocab), max_seq_length=64,
+                                          max_predictions_per_seq=10, masked_lm_prob=0.3, dupe_factor=1,
+                                          num_shards=2, objective="none", packing="doc", num_workers=workers,
+                                          progress=False, masking="none")
+    return load_tokenizer(vocab), vocab, corpus, summary
+
+
+def test_shards_from_a_tokenizer_json(golden_file, tmp_path, write_prose_corpus):
+    """A byte-level BPE ``tokenizer.json`` (ModernBERT's kind; tests/golden/modernbert_l3's) builds
+    shards as a vocab.txt does: every row is the file's own encoding of a document ([CLS] ... [SEP])."""
+    tok, vocab, corpus, summary = tokenizer_json_shards(golden_file, tmp_path, write_prose_corpus, workers=1)
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["vocab_file"] == str(vocab) and config["vocab_size"] == tok.vocab_size and summary["examples"]
+    rows = [ids for _, parsed in read_shards(tmp_path / "out", 64).values()
+            for ids, mask in zip(parsed["input_ids"].numpy(), parsed["input_mask"].numpy(), strict=True)
+            for ids in [ids[mask > 0]]]
+    assert all(r[0] == tok.cls_id and r[-1] == tok.sep_id for r in rows)
+    first = open(corpus, encoding="utf-8").read().split("\n\n")[0].split("\n")  # the first document's sentences
+    ids = [i for s in first for i in tok.encode_python([s])[0]]
+    assert any(list(r[1:-1]) == ids[:len(r) - 2] for r in rows)  # DOC-SENTENCES: a document's own encoding
+
+
+@pytest.mark.slow  # ~2 min: worker processes, then ModernBERT's step compiled
+def test_modernbert_pretrains_on_tokenizer_json_shards_from_the_worker_pool(golden_file, tmp_path,
+                                                                            write_prose_corpus):
+    """The worker pool opens the tokenizer.json in each worker, and the ModernBERT recipe pre-trains
+    on the shards with the same file as its vocabulary."""
+    from bert_jax import launch
+    from bert_jax.config_args import load_config_file
+
+    _, vocab, _, summary = tokenizer_json_shards(golden_file, tmp_path, write_prose_corpus, workers=2)
+    assert summary["num_workers"] == 2 and summary["examples"]
+    c = load_config_file("pretrain", "model=modernbert,runlocal")
+    c.data.update(input=str(tmp_path / "out" / "pretrain-*.tfrecord"), vocab=str(vocab), max_seq_length=64,
+                  max_predictions_per_seq=10, eval_fraction=0.0)
+    c.update(num_train_steps=2, eval_every=0, checkpoint_every=2, log_every=1, batch_size=8)
+    c.optimizer.update(num_train_steps=2, warmup_steps=1, decay_steps=1)
+    result = launch.run(c, str(tmp_path / "w"))
+    assert result["train"]["mlm_loss"] > 0 and (tmp_path / "w" / "checkpoints" / "2").is_dir()

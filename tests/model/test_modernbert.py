@@ -153,3 +153,27 @@ def test_training_mode_bfloat16_and_axes():
     spec = nnx.get_partition_spec(nnx.state(model, nnx.Param)).to_pure_dict()
     assert tuple(spec["bert"]["layers"]["ffn"]["intermediate"]["kernel"]) == (axes.LAYERS, axes.EMBED, None, axes.MLP)
     assert model.bert.embeddings.position_embeddings is None and model.bert.embeddings.token_type_embeddings is None
+
+
+def test_modernbert_initialises_as_its_reference_and_bert_as_bert():
+    """ModernBERT (init_method "megatron", as the reference's ``full_megatron`` with cutoff 2): every
+    matrix N(0, 0.02²) cut at ±2σ (std 0.88σ), the blocks' output projections σ = 0.02 / sqrt(2L);
+    BERT keeps Google's, the same cut normal with σ = 0.02 everywhere."""
+    def weights(cfg):
+        params = nnx.state(create(BertForPreTraining, cfg, objective="none"), nnx.Param).to_pure_dict()
+        return {"/".join(map(str, k)): np.asarray(v) for k, v in traverse_util.flatten_dict(params).items()}
+
+    layers = 22
+    mb = weights(BertConfig.from_size("modernbert-mini", vocab_size=4096, num_layers=layers, local_window=8))
+    sigma, cut = 0.02, 0.02 * 0.87962566  # the std of N(0, σ²) cut at ±2σ
+    out = [k for k in mb if k.endswith(("attention/output/kernel", "ffn/output/kernel"))]
+    inner = [k for k in mb if k.endswith("kernel") and k not in out] + ["bert/embeddings/word_embeddings/embedding"]
+    assert len(out) == 2 and len(inner) >= 5
+    for k in inner:
+        assert np.abs(mb[k]).max() <= 2 * sigma and abs(mb[k].std() - cut) < 0.03 * cut, (k, mb[k].std())
+    for k in out:
+        scaled = sigma / np.sqrt(2 * layers)
+        assert np.abs(mb[k]).max() <= 2 * scaled and abs(mb[k].std() - 0.8796 * scaled) < 0.03 * scaled, k
+    bert = weights(BertConfig.from_size("mini", vocab_size=4096))
+    for k in ("bert/layers/attention/output/kernel", "bert/layers/ffn/intermediate/kernel"):
+        assert np.abs(bert[k]).max() <= 2 * sigma and abs(bert[k].std() - cut) < 0.03 * cut, k

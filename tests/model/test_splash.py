@@ -10,7 +10,14 @@ import numpy as np
 import pytest
 
 from bert_jax.model.encoder import packed_mask, padding_mask
-from bert_jax.model.splash import block_size, segment_ids_from_mask, splash_applies, splash_attention
+from bert_jax.model.splash import (
+    band_blocks,
+    block_size,
+    local_block_size,
+    segment_ids_from_mask,
+    splash_applies,
+    splash_attention,
+)
 
 BATCH, HEADS = 2, 2
 FORWARD_RTOL, GRAD_RTOL = 1e-5, 1e-4  # max |difference| / max |reference|, float32
@@ -60,6 +67,8 @@ CASES = {
     # 3 x 3 blocks of 128: the window's off-diagonal blocks are partial, the corners skipped
     "window_blocks": (384, 64, rows([(1, 200), (2, 150)], [(1, 384)], length=384), 64),
     "global": (256, 128, rows([(1, 200)], [(1, 256)], length=256), None),
+    # a local layer at 512 tokens runs blocks of 128 (a global one 512): 10 of the 16 block pairs
+    "window_local_blocks": (512, 64, rows([(1, 500)], [(1, 300), (2, 212)], length=512), 128),
 }
 
 
@@ -123,6 +132,20 @@ def test_a_length_the_kernel_cannot_block_is_a_clear_error(length):
 @pytest.mark.parametrize("length,block", [(128, 128), (256, 256), (384, 128), (512, 512), (768, 256), (8192, 512)])
 def test_block_size_is_the_largest_dividing_the_length(length, block):
     assert block_size(length) == block
+
+
+@pytest.mark.parametrize("length,window,block,pairs", [
+    (1024, 128, 128, 22), (8192, 128, 128, 190), (512, 128, 128, 10), (256, 128, 256, 1)])
+def test_a_local_layer_takes_the_blocks_its_band_skips_most_with(length, window, block, pairs):
+    """ModernBERT-base phase 1 (1,024 tokens, window 128): blocks of 128 compute 22 of 64 block pairs
+    (0.34 of the positions); blocks of 512 would compute all 4 of theirs. A tie keeps the larger block."""
+    assert local_block_size(length, window) == block and band_blocks(length, block, window) == pairs
+    assert band_blocks(1024, 512, 128) == 4 == band_blocks(1024, 512, None)  # 512-blocks skip nothing
+    # the pairs counted are those the band reaches: every pair that holds a query-key position within it
+    i, j = np.meshgrid(np.arange(length), np.arange(length), indexing="ij")
+    band = np.abs(i - j) <= window // 2
+    reached = band.reshape(length // block, block, length // block, block).any(axis=(1, 3))
+    assert reached.sum() == pairs
 
 
 @pytest.mark.parametrize("length,head_dim,dtype,applies", [

@@ -1,6 +1,6 @@
 """init_mode="encoder": a run of any objective starts its encoder (``bert/``) from another run's
-checkpoint and everything else fresh (ELECTRA's discriminator from a masked LM, Clark et al. 2020,
-§3.2), whatever layer layout either run used; an encoder that does not fit is one line naming the
+checkpoint and everything else fresh (ELECTRA's discriminator warm-started from a masked LM's encoder),
+whatever layer layout either run used; an encoder that does not fit is one line naming the
 first array."""
 
 import jax

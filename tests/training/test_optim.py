@@ -134,10 +134,12 @@ def test_state_and_pure_dict_give_same_updates():
     gives; the mask test covers the real model's paths) and its pure dict update alike."""
     pure, gpure = small_params(), grads_like(small_params(), 1)
     state, gstate = (nnx.State(jax.tree.map(nnx.Param, t)) for t in (pure, gpure))
-    txs = [make_optimizer(optimizer_config(optimizer=name, warmup_steps=0, learning_rate=0.1),
+    stable = dict(clip_norm=0.0, bias_correction=True)
+    txs = [make_optimizer(optimizer_config(optimizer=name, warmup_steps=0, learning_rate=0.1,
+                                           **(stable if name == "stableadamw" else {})),
                           stacked=unstacked(pure))[0] for name in optim.OPTIMIZERS]
     out = final(*[(tx, state, [gstate]) for tx in txs], *[(tx, pure, [gpure]) for tx in txs])
-    for a, b in zip(out[:3], out[3:], strict=True):
+    for a, b in zip(out[:len(txs)], out[len(txs):], strict=True):
         assert isinstance(a, nnx.State)
         assert_trees_close(a.to_pure_dict(), b)
 
@@ -185,6 +187,70 @@ def test_bias_correction_matches_optax_adamw():
     ours, ref, adamw = final(*[(tx, params, gs) for tx in (make_optimizer(cfg)[0], ref_tx, adamw_tx)])
     assert_trees_close(ours, ref)
     assert_trees_close(ours, adamw)
+
+
+def stable_adamw_numpy(params, grads_seq, lr_fn, cfg, layers_axis=None):
+    """StableAdamW as Wortsman et al. (2023, Algorithm 2) and optimi's ``StableAdamW(decouple_lr=True)``
+    write it, in float64: debiased moments, the per-tensor (per-layer) RMS of g^2 / max(v_hat, eps^2),
+    the rate over max(1, RMS), the decay weight_decay * lr / lr_peak on kernels and embeddings."""
+    names = [optim.path_names(p) for p, _ in jax.tree_util.tree_leaves_with_path(params)]
+    p = [np.asarray(x, np.float64) for x in jax.tree.leaves(params)]
+    m, v = [np.zeros_like(x) for x in p], [np.zeros_like(x) for x in p]
+    rms_seen = []
+    for t, gt in enumerate(grads_seq, start=1):
+        lr = float(lr_fn(t - 1))
+        for i, g in enumerate(np.asarray(x, np.float64) for x in jax.tree.leaves(gt)):
+            beta1_hat = (cfg.b1**t - cfg.b1) / (cfg.b1**t - 1)  # optimi's debias_beta
+            beta2_hat = (cfg.b2**t - cfg.b2) / (cfg.b2**t - 1)
+            m[i] = beta1_hat * m[i] + (1 - beta1_hat) * g
+            v[i] = beta2_hat * v[i] + (1 - beta2_hat) * g**2
+            ratio = g**2 / np.maximum(v[i], cfg.eps**2)
+            axes = tuple(a for a in range(g.ndim) if a != layers_axis) if layers_axis is not None else None
+            rms = np.sqrt(ratio.mean(axis=axes, keepdims=layers_axis is not None))
+            rms_seen.append(np.max(rms))
+            rate = lr / np.maximum(1.0, rms)
+            if names[i][-1] in ("kernel", "embedding"):
+                p[i] = p[i] * (1 - rate / cfg.learning_rate * cfg.weight_decay)
+            p[i] = p[i] - rate * m[i] / (np.sqrt(v[i]) + cfg.eps)
+    return p, max(rms_seen)
+
+
+def test_stable_adamw_matches_the_formula():
+    """A gradient ten times the ones before it: the RMS term exceeds 1 and the step is cut per tensor."""
+    cfg = optimizer_config(optimizer="stableadamw", learning_rate=0.1, warmup_steps=2, num_train_steps=10,
+                           weight_decay=0.05, b2=0.98, eps=1e-6, clip_norm=0.0, bias_correction=True,
+                           schedule="wsd", decay_steps=3)
+    params = small_params()
+    gs = [grads_like(params, s, scale=10.0 if s == 6 else 0.1) for s in range(1, 8)]
+    tx, lr_fn = make_optimizer(cfg, stacked=unstacked(params))
+    [got] = final((tx, params, gs))
+    want, largest_rms = stable_adamw_numpy(params, gs, lr_fn, cfg)
+    assert largest_rms > 2  # the clipping acted
+    for x, y in zip(jax.tree.leaves(got), want, strict=True):
+        np.testing.assert_allclose(x, y, rtol=2e-5, atol=1e-7)
+
+
+def test_stable_adamw_takes_the_rms_per_layer_of_a_stacked_leaf():
+    """Layer 0 of a stacked kernel gets a sudden large gradient, layer 1 does not: only layer 0's step
+    is cut, as two separate tensors would have it."""
+    cfg = optimizer_config(optimizer="stableadamw", learning_rate=0.1, warmup_steps=0, weight_decay=0.0,
+                           clip_norm=0.0, bias_correction=True, schedule="wsd", decay_steps=0)
+    r = np.random.default_rng(0)
+    params = {"layers": {"kernel": jnp.asarray(r.normal(size=(2, 3, 4)), jnp.float32)}}
+    g1 = {"layers": {"kernel": jnp.asarray(0.1 * r.normal(size=(2, 3, 4)), jnp.float32)}}
+    g2 = {"layers": {"kernel": jnp.asarray(r.normal(size=(2, 3, 4)) * np.array([30.0, 0.1])[:, None, None],
+                                           jnp.float32)}}
+    tx, lr_fn = make_optimizer(cfg, stacked={"layers": {"kernel": 0}})
+    [got] = final((tx, params, [g1, g2]))
+    want, _ = stable_adamw_numpy(params, [g1, g2], lr_fn, cfg, layers_axis=0)
+    np.testing.assert_allclose(jax.tree.leaves(got)[0], want[0], rtol=2e-5, atol=1e-7)
+    whole, _ = stable_adamw_numpy(params, [g1, g2], lr_fn, cfg)  # one RMS for both layers: not this
+    assert np.abs(whole[0][1] - want[0][1]).max() > 1e-3
+
+
+def test_stable_adamw_refuses_a_global_clip():
+    with pytest.raises(ValueError, match="'stableadamw' with clip_norm 0"):
+        optimizer_config(optimizer="stableadamw", clip_norm=1.0, bias_correction=True)
 
 
 def test_clipping_caps_global_norm():

@@ -4,7 +4,7 @@
 end with a held-out masked-LM accuracy of at least 1.5x the unigram baseline (always predicting the
 token most often masked in the training split, measured on the same held-out documents and masks:
 `bert_jax.demo.report.unigram_baseline`, as the demo measures it), with no collapse warning. ELECTRA
-pre-trains its discriminator on ModernBERT's runlocal workdir (its two-stage recipe): its held-out AUC
+trains jointly from a discriminator encoder warm-started on ModernBERT's runlocal workdir: its held-out AUC
 must reach 0.75 against its own generator and 0.7 against samples of the unigram distribution (where
 token identity alone scores 0.51: tests/measure_rtd_detectors.py), and its generator's masked-LM
 accuracy must beat the unigram baseline. The fast tests guarding the same code:

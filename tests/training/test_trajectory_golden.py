@@ -93,9 +93,10 @@ def replay(model: nnx.Module, graphdef: nnx.GraphDef, optimizer: dict, steps: li
     """bert-jax's jitted ``step_fn`` over ``steps`` from ``model``'s weights; per-step metrics.
 
     Compiled once, with `FAST_COMPILE`: the same XLA program, a fraction of the compile time."""
-    # The golden's settings predate generator_lr_scale (1: the one rate its torch reference runs) and
-    # decay_steps (0: the "bert" schedule has no separate decay phase).
-    tx, schedule = make_optimizer({"generator_lr_scale": 1.0, "decay_steps": 0, **optimizer})
+    # The golden's settings predate generator_lr_scale (1: the one rate its torch reference runs),
+    # decay_steps and the late rate (0: the "bert" schedule has neither).
+    tx, schedule = make_optimizer({"generator_lr_scale": 1.0, "decay_steps": 0, "late_rate": 0.0,
+                                   "late_from_step": 0, **optimizer})
     state = new_state(initial_params(model), tx)
     extra = [()] * len(steps) if extra is None else [(e,) for e in extra]
     rng = jax.random.key(0)
