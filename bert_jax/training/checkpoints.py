@@ -144,6 +144,13 @@ def _stored_shapes(state_dir: epath.Path) -> dict[str, tuple]:
     return _shapes(getattr(metadata, "item_metadata", metadata))
 
 
+def stored_param_shapes(step_dir: str | Path) -> dict[str, tuple]:
+    """``{"bert/...": shape}`` of a training checkpoint's parameters (``checkpoints/<step>``), from the
+    metadata of its ``state`` item alone: no array is read. Empty if the metadata cannot be read."""
+    shapes = _stored_shapes(as_path(step_dir) / "state")
+    return {k[len("params/"):]: v for k, v in shapes.items() if k.startswith("params/")}
+
+
 def _quiet_abandoned_reads() -> None:
     """After a restore failed part-way: TensorStore's reads still in flight complete later into the
     event loop Orbax ran them in, closed by then, and each prints a "RuntimeError: Event loop is
