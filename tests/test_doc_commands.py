@@ -23,7 +23,8 @@ command is:
   MiniLM's vocab.txt is written to ``--output_dir``.
 * ``python -m input_pipeline.create_pretraining_data``: its flags parse and their values check,
   ``--input`` names existing files, ``--vocab`` exists; tiny real shards of the asked length, P,
-  masking and compression are written to ``--output``.
+  masking and compression are written to ``--output`` (and, with ``--heldout_every``, to the
+  held-out directory).
 * ``python -m X ARGS``, any other tool: module X exists, and runs as ``__main__`` until it has
   parsed its arguments (argparse's ``parse_args``/``parse_known_args``, absl's ``app.run``), then
   stops; a ``--config`` and its ``--config.<key>`` overrides are checked against the config's keys.
@@ -563,6 +564,10 @@ class Runner:
         out = Path(fv.output)
         shutil.rmtree(out, ignore_errors=True)
         shutil.copytree(shards, out)
+        if settings.heldout_every:  # the held-out shards' directory too
+            held = Path(cpd.heldout_directory(fv.output, fv.heldout_output))
+            shutil.rmtree(held, ignore_errors=True)
+            shutil.copytree(shards, held)
 
     def fake_shards(self, s) -> Path:
         return fake_shards(s)
