@@ -124,6 +124,7 @@ def _write(output_dir: str, input_spec, s: Settings, written: list[dict], read: 
         "source": source,
         "input_files": input_files,
         "shards": [os.path.basename(s.shard_path(output_dir, i)) for i in range(s.num_shards)],
+        "examples_per_shard": [r["examples"] for r in written],
         **engine,
         "seconds": round(seconds, 3),
         "examples_per_second": round(totals["examples"] / seconds, 1),
