@@ -235,3 +235,16 @@ def test_electra_runlocal_plan_starts_from_a_masked_lm(load_config, tmp_path):
     assert "model: modernbert-tiny (2 layers x 128" in text and "objective rtd" in text
     assert "steps: 0 -> 600" in text and "schedule wsd to step 600 (the last 150 decaying)" in text
     assert not (tmp_path / "electra").exists()
+
+
+def test_finetuning_plan_of_the_shipped_scored_file(load_config, minilm_dir, tmp_path):
+    """docs/finetuning.md's example: tests/fixtures/own_data/scored.tsv, its zero scores dropped and
+    counted per split in the plan; as a regression, none."""
+    c = load_config("sentiment", "runlocal")
+    c.task.source, c.vocab = str(ROOT / "tests/fixtures/own_data/scored.tsv"), str(minilm_dir / "vocab.txt")
+    text = launch.dry_run(c, tmp_path / "ft")
+    assert "data: train 50 examples -> 50 features (length 128), 4 scored 0 dropped (no label)" in text
+    assert "data: dev 5 examples -> 5 features (length 128), 1 scored 0 dropped (no label)" in text
+    c.task.target = "score"
+    text = launch.dry_run(c, tmp_path / "ft")
+    assert "data: train 54 examples -> 54 features (length 128)\n" in text and "dropped" not in text
