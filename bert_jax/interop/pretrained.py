@@ -170,12 +170,15 @@ def workdir_step(path: str | Path):
     """The step directory ``path`` names when it is a ``train.py`` workdir (its latest step), its
     ``checkpoints`` directory (the latest step) or one ``checkpoints/<step>``; None when it is none of
     these. A fine-tuning workdir of several seeds (``seed_<n>/checkpoints``) is an error naming them."""
+    import orbax.checkpoint as ocp
+
     path = path_or_url(path)
     if path.name.isdigit() and (path / "state").is_dir():
         return path
     for root in (path / "checkpoints", path):
-        if root.is_dir():
-            steps = [int(p.name) for p in root.iterdir() if p.name.isdigit() and (p / "state").is_dir()]
+        if root.is_dir():  # committed steps only (in a bucket, one being written has no commit marker yet)
+            steps = [int(p.name) for p in root.iterdir()
+                     if p.name.isdigit() and (p / "state").is_dir() and ocp.step.is_path_finalized(p)]
             if steps:
                 return root / str(max(steps))
     if path.is_dir() and (seeds := sorted(p.name for p in path.iterdir()
