@@ -208,7 +208,7 @@ def test_bad_checkpoints_give_one_line_errors(tiny_hf, tmp_path):
     with pytest.raises(ValueError, match="unknown prefix 'zz:'; expected a train.py workdir"):
         pretrained.read_checkpoint("zz:/x")
     (tmp_path / "neither").mkdir()
-    with pytest.raises(FileNotFoundError, match="is neither a training workdir"):
+    with pytest.raises(FileNotFoundError, match="neither: neither a training workdir"):
         pretrained.read_checkpoint(str(tmp_path / "neither"))
     with pytest.raises(FileNotFoundError, match="cannot open TF checkpoint"):
         pretrained.read_checkpoint(f"tf:{tmp_path / 'nope' / 'bert_model.ckpt'}")
