@@ -103,6 +103,7 @@ def test_phase_two_of_another_shape_fails_the_dry_run(tiny_workdir, tiny_config,
         launch.dry_run(c, tmp_path / "p2")
 
 
+@pytest.mark.slow  # ~6 s: a process of its own; the same check in-process is fast (above)
 def test_train_py_dry_run_of_another_shape_is_one_line(tiny_workdir, tmp_path):
     """The command line: status 2 and one error line, before any accelerator or training."""
     cmd = [sys.executable, "train.py", "--config", "configs/pretrain.py:size=mini,phase=2,synthetic", "--workdir",

@@ -137,6 +137,7 @@ def test_sigterm_saves_and_exits(tmp_path, monkeypatch, tiny_config):
     assert where.name == "2"
 
 
+@pytest.mark.slow  # ~10 s: three runs (one interrupted, its resume, a re-run of the finished one)
 def test_an_evaluation_a_signal_skips_runs_on_resume(tmp_path, monkeypatch, tiny_config):
     """SIGTERM during step 3, where an evaluation is due: the run saves step 3 without evaluating
     it; the re-run evaluates step 3 before its first step, then goes on."""
