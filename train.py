@@ -4,8 +4,9 @@ r"""Pre-training and fine-tuning entry point: parses flags and calls ``bert_jax.
         [--config.num_train_steps=2000 ...] [--dry_run]
 
 ``--dry_run`` resolves the config, checks the data, vocabulary, workdir and checkpoint to restore,
-prints the plan (steps, batch, tokens, evaluation, checkpoints, mesh, memory) and exits without
-training or writing anything (bert_jax/plan.py).
+prints the plan (steps, batch, tokens, evaluation, checkpoints, mesh, memory; fine-tuning: each
+split's examples, steps, learning rate) and exits without training or writing anything
+(bert_jax/plan.py); ``--hosts N`` plans a ``--config.multihost=True`` job for N hosts.
 
 A bad flag, config file, config argument or ``--config.<key>``, and bad input found later (a missing
 or malformed data file, a checkpoint that does not fit), print one ``error:`` line and exit with
@@ -30,6 +31,8 @@ def define_flags(fv: flags.FlagValues = FLAGS, argv: list[str] | None = None) ->
                         required=True, flag_values=fv)
     flags.DEFINE_bool("dry_run", False, "print the job's plan, its inputs checked, and exit without training",
                       flag_values=fv)
+    flags.DEFINE_integer("hosts", None, "with --dry_run of a --config.multihost=True job: the number of hosts it "
+                         "will run on, to check the batch and the shard files per host", flag_values=fv)
     flags.mark_flags_as_required(["config"], flag_values=fv)
 
 
@@ -48,8 +51,10 @@ def main(argv: list[str], fv: flags.FlagValues = FLAGS) -> None:
     from bert_jax import launch
 
     if fv.dry_run:
-        print(launch.dry_run(fv.config, fv.workdir))
+        print(launch.dry_run(fv.config, fv.workdir, hosts=fv.hosts))
         return
+    if fv.hosts is not None:
+        raise ValueError(f"--hosts {fv.hosts}: applies to --dry_run (a multihost job finds its hosts itself)")
     launch.main(fv.config, fv.workdir)
 
 

@@ -23,11 +23,12 @@ def run(config, workdir: str | Path, preemption=None) -> dict:
     return trainer.run(config, workdir, Task, preemption)
 
 
-def dry_run(config, workdir: str | Path) -> str:
-    """``python train.py ... --dry_run``: the job's plan, its inputs checked, nothing run or written."""
+def dry_run(config, workdir: str | Path, hosts: int | None = None) -> str:
+    """``python train.py ... --dry_run [--hosts N]``: the job's plan, its inputs checked, nothing run or
+    written."""
     from bert_jax.plan import dry_run as plan
 
-    return plan(config, workdir)
+    return plan(config, workdir, hosts)
 
 
 def main(config, workdir: str | Path) -> None:

@@ -7,7 +7,8 @@ Named arguments: ``size`` (from scratch only), ``lr``, ``epochs``, ``runlocal`` 
     python train.py --config configs/sentiment.py --workdir /tmp/reviews \
         --config.init_checkpoint=hf:pkg:minilm --config.seeds=3
     # your own data: --config.task.source=reviews.tsv (label<TAB>text or id<TAB>score<TAB>text lines,
-    # split 9:1) or a directory with train.tsv and dev.tsv
+    # split 9:1) or a directory with train.tsv and dev.tsv; --config.task.target=score: a regression
+    # on the scores (docs/finetuning.md, "Your own labelled data")
 """
 
 from bert_jax.config_args import load_config_file, parse_arg
@@ -23,4 +24,7 @@ def get_config(arg=None):
     config.task.validation_every = 0  # V > 0: every V-th training line held out as "validation"
     config.task.eval_splits = "dev"  # the splits scored, comma-separated (dev, validation)
     config.task.on_error = "skip"
+    # What a scored file's score (id<TAB>score<TAB>text) becomes: "sign" (positive > 0, negative < 0,
+    # 0 dropped and counted) or "score" (a regression on the score).
+    config.task.target = "sign"
     return config

@@ -20,6 +20,7 @@ import traceback
 from collections.abc import Callable
 from typing import NoReturn
 
+from input_pipeline.accelerators import quiet_cpu_start
 from input_pipeline.package_data import PackageDataError
 
 DEBUG_ENV = "BERT_JAX_DEBUG"
@@ -102,7 +103,9 @@ def catching(main: Callable) -> Callable:
 
 def run(main: Callable[[], object]) -> NoReturn:
     """Runs ``main()`` (which reads ``sys.argv`` itself) with the convention and exits: with the
-    status ``main`` returns if that is an int, else 0."""
+    status ``main`` returns if that is an int, else 0. On a machine without a GPU or TPU, JAX and
+    TensorFlow start on the CPU without probing for them (`accelerators.quiet_cpu_start`)."""
+    quiet_cpu_start()
     status = catching(main)()
     sys.exit(status if isinstance(status, int) else 0)
 
@@ -138,7 +141,11 @@ def parse_absl_flags(argv: list[str], fv=None) -> list[str]:
 
 
 def run_absl(main: Callable[[list[str]], int | None], flags_parser=parse_absl_flags) -> NoReturn:
-    """``absl.app.run(main)`` (which exits) with the convention, for flag errors too."""
+    """``absl.app.run(main)`` (which exits) with the convention, for flag errors too; on a machine
+    without a GPU or TPU, JAX and TensorFlow start on the CPU without probing for them
+    (`accelerators.quiet_cpu_start`)."""
     from absl import app
+
+    quiet_cpu_start()
 
     app.run(catching(main), flags_parser=flags_parser)

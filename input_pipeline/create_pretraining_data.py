@@ -28,7 +28,11 @@ Deviations from Google's tool: instances are shuffled (and NotNext partners draw
 not across the whole input; masks come from per-example seeds, not the instance rng stream.
 The end writes ``config.json`` (the settings, so a reader knows max_seq_length and P) and then
 ``summary.json`` (counts, skipped input, speed; `input_pipeline.pretraining.outputs`); a directory
-without ``summary.json`` is incomplete, and training refuses it.
+without ``summary.json`` is incomplete, and training refuses it. Text of the wrong shape for the
+examples asked for (a handful of long documents, a pair label far from half the examples, rows
+mostly padding) is a warning in the log, the printed summary and ``summary.json``'s ``warnings``.
+``--heldout_every N`` holds every N-th document out as a second set of shards (``--heldout_output``,
+default ``OUTPUT-heldout``), for ``config.data.eval_input``.
 """
 
 from __future__ import annotations
@@ -99,18 +103,30 @@ def _run_stage(stage, job, count, tokenizer, pool, queue, desc, unit, progress) 
     return [results[i] for i in range(count)]
 
 
+def heldout_directory(output_dir: str, heldout_output: str | None) -> str:
+    """Where the held-out shards go: ``heldout_output``, by default ``<output_dir>-heldout``."""
+    return heldout_output or output_dir.rstrip("/") + "-heldout"
+
+
 def create_pretraining_data(input_spec, output_dir: str, tokenizer, *, num_workers: int = 1,
                             progress: bool = True, runner: str | None = None,
-                            pipeline_args: tuple[str, ...] = (), **settings) -> dict:
+                            pipeline_args: tuple[str, ...] = (), heldout_output: str | None = None,
+                            **settings) -> dict:
     """Writes ``output_dir/pretrain-*-of-*.tfrecord``, ``config.json`` and ``summary.json``;
     returns the summary. ``tokenizer``: a tokenizer (`input_pipeline.tokenizers.factory`: WordPiece,
     SentencePiece, byte-level BPE, a ``tokenizer.json``) or the path of its vocabulary; ``settings``:
     the fields of `Settings` (``max_seq_length``, ``dupe_factor``, ``objective``, ...).
-    Earlier ``pretrain-*`` files in ``output_dir`` are removed first; nothing is reused.
-    ``runner`` (a Beam runner's name): run as a Beam pipeline with Beam's options ``pipeline_args``
-    (the same output; ``num_workers`` and ``progress`` are then the runner's business)."""
+    ``heldout_every`` N > 0 in ``settings``: every N-th document of each input (its 1st, (N+1)-th,
+    ...) goes instead to held-out shards in ``heldout_output`` (default ``<output_dir>-heldout``),
+    each document used once. Earlier ``pretrain-*`` files in the output directories are removed
+    first; nothing is reused. ``runner`` (a Beam runner's name): run as a Beam pipeline with Beam's
+    options ``pipeline_args`` (the same output; ``num_workers`` and ``progress`` are then the
+    runner's business)."""
     s = Settings(**settings)
     s.check()
+    heldout_output = heldout_directory(output_dir, heldout_output) if s.heldout_every else ""
+    if heldout_output and heldout_output.rstrip("/") == output_dir.rstrip("/"):
+        raise ValueError(f"--heldout_output {heldout_output}: the training shards' directory; expected another one")
     if isinstance(tokenizer, (str, os.PathLike)):
         tokenizer = open_tokenizer(tokenizer)
     tfds = isinstance(input_spec, str) and input_spec.strip().startswith("tfds:")
@@ -122,11 +138,13 @@ def create_pretraining_data(input_spec, output_dir: str, tokenizer, *, num_worke
         from input_pipeline.pretraining import beam_pipeline
 
         return beam_pipeline.run(input_spec, output_dir, tokenizer, units, s,
-                                 [f"--runner={runner}", *pipeline_args])
+                                 [f"--runner={runner}", *pipeline_args], heldout_output=heldout_output)
     start = time.time()
-    workers = max(1, min(num_workers, max(len(units), s.num_shards)))
+    shards = s.num_shards + s.held_out
+    workers = max(1, min(num_workers, max(len(units), shards)))
     with tempfile.TemporaryDirectory(prefix="pretrain-spill-") as spill_dir:
-        job = ShardingJob(s, tuple(units), output_dir, spill_dir, source_file(tokenizer), tokenizer.lower_case)
+        job = ShardingJob(s, tuple(units), output_dir, spill_dir, source_file(tokenizer), tokenizer.lower_case,
+                          heldout_output)
         pool = queue = None
         if workers > 1:
             ctx = multiprocessing.get_context("spawn")  # TF is not fork-safe
@@ -136,9 +154,9 @@ def create_pretraining_data(input_spec, output_dir: str, tokenizer, *, num_worke
             read = _run_stage("read", job, len(units), tokenizer, pool, queue, "reading",
                               "file", progress)
             outputs.check_text(input_spec, read)  # before the output is touched
-            outputs.prepare_output(output_dir)
-            written = _run_stage("write", job, s.num_shards, tokenizer, pool, queue,
-                                 "writing", "shard", progress)
+            for directory in filter(None, (output_dir, heldout_output)):
+                outputs.prepare_output(directory)
+            written = _run_stage("write", job, shards, tokenizer, pool, queue, "writing", "shard", progress)
         finally:
             if pool is not None:
                 pool.terminate()
@@ -146,7 +164,7 @@ def create_pretraining_data(input_spec, output_dir: str, tokenizer, *, num_worke
     return outputs.finish(output_dir, input_spec, s, read=read, written=written, input_files=len(units),
                           vocab_file=source_file(tokenizer), vocab_size=tokenizer.vocab_size,
                           lower_case=tokenizer.lower_case, seconds=time.time() - start,
-                          engine={"num_workers": workers})
+                          engine={"num_workers": workers}, heldout_output=heldout_output)
 
 
 # --- command line ------------------------------------------------------------------------------
@@ -192,6 +210,13 @@ def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
     flags.DEFINE_enum("compression", _D.compression, list(COMPRESSIONS), "Shard compression.", flag_values=fv)
     flags.DEFINE_string("text_field", _D.text_field, "Text feature of a tfds: source.", flag_values=fv)
     flags.DEFINE_integer("max_documents_per_file", None, "Only the first N documents of each file.", flag_values=fv)
+    flags.DEFINE_integer("heldout_every", _D.heldout_every, "N > 0: every N-th document of each input file (its "
+                         "1st, (N+1)-th, ...) goes to held-out shards instead (--heldout_output), each used once "
+                         "(dupe_factor 1); 0: none held out.", lower_bound=0, flag_values=fv)
+    flags.DEFINE_string("heldout_output", None, "Directory of the held-out shards (default: OUTPUT-heldout).",
+                        flag_values=fv)
+    flags.DEFINE_integer("heldout_shards", _D.heldout_shards, "Held-out shard files (0: as many as --num_shards).",
+                         lower_bound=0, flag_values=fv)
     flags.DEFINE_bool("progress", True, "Show progress bars.", flag_values=fv)
     flags.mark_flags_as_required(["input", "output", "vocab"], flag_values=fv)
 
@@ -232,10 +257,10 @@ def main(argv, fv: flags.FlagValues = flags.FLAGS) -> None:
     names = [f.name for f in dataclasses.fields(Settings)]
     summary = create_pretraining_data(locate(F.input), F.output, tokenizer, num_workers=F.num_workers,
                                       progress=F.progress, runner=F.runner, pipeline_args=tuple(argv[1:]),
-                                      **{n: getattr(F, n) for n in names})
-    keys = ("documents", "examples", "tokens", "masked_tokens", "skipped_input", "seconds",
-            "examples_per_second", "tokens_per_second")
-    print(json.dumps({k: summary[k] for k in keys}, indent=1))
+                                      heldout_output=F.heldout_output, **{n: getattr(F, n) for n in names})
+    keys = ("documents", "examples", "tokens", "masked_tokens", "padding_fraction", "skipped_input", "seconds",
+            "examples_per_second", "tokens_per_second", "held_out", "warnings")
+    print(json.dumps({k: summary[k] for k in keys if k in summary}, indent=1))
 
 
 if __name__ == "__main__":

@@ -17,13 +17,14 @@ ones "made"). Bash itself still expands variables, loops, quotes, heredocs and `
 command is:
 
 * ``python train.py ARGS``: parsed exactly as train.py parses (a fresh absl FlagValues, its
-  define_flags and parse_flags), then ``bert_jax.launch.dry_run(config, workdir)``: the config
+  define_flags and parse_flags), then ``bert_jax.launch.dry_run(config, workdir, hosts)``: the config
   resolves, and its data, vocabulary, workdir and checkpoint exist and fit.
 * ``python -m input_pipeline.build_vocab``: its flags parse, ``--input`` names existing files;
   MiniLM's vocab.txt is written to ``--output_dir``.
 * ``python -m input_pipeline.create_pretraining_data``: its flags parse and their values check,
   ``--input`` names existing files, ``--vocab`` exists; tiny real shards of the asked length, P,
-  masking and compression are written to ``--output``.
+  masking and compression are written to ``--output`` (and, with ``--heldout_every``, to the
+  held-out directory).
 * ``python -m X ARGS``, any other tool: module X exists, and runs as ``__main__`` until it has
   parsed its arguments (argparse's ``parse_args``/``parse_known_args``, absl's ``app.run``), then
   stops; a ``--config`` and its ``--config.<key>`` overrides are checked against the config's keys.
@@ -51,7 +52,7 @@ too) and ``/tmp/`` become directories under pytest's temporary directory; ``HOME
 ``gs://`` path that still reaches a command is an error (never the network). Fast part only:
 
 * `PREPARED`: every page starts in a directory holding what the README's journey 1 makes (MiniLM's
-  vocabulary as ``vocab/vocab.txt``, tiny shards as ``data/p1``, ``data/p1-heldout``, ``data/p2``,
+  vocabulary as ``vocab/vocab.txt``, tiny shards in 8 files as ``data/p1``, ``data/p1-heldout``, ``data/p2``,
   ``data/p2-heldout``), also under the bucket placeholder: a page may build on them, as a reader
   who followed the README does. `PREPARED_HOME`: the demo's vocabulary in ``~/.cache/bert_jax``.
 * `DRY_RUN_DEVICES`: dry runs plan for one device (a reader's CPU or GPU), not for the 8 fake CPU
@@ -320,8 +321,8 @@ class Runner:
             else:
                 from input_pipeline.pretraining.shards import Settings
 
-                shutil.copytree(self.fake_shards(Settings(max_seq_length=what[0], max_predictions_per_seq=what[1])),
-                                where / name, dirs_exist_ok=True)
+                settings = Settings(max_seq_length=what[0], max_predictions_per_seq=what[1], num_shards=8)
+                shutil.copytree(self.fake_shards(settings), where / name, dirs_exist_ok=True)
 
     def close(self):
         self.sock.close()
@@ -485,7 +486,7 @@ class Runner:
                     raise ValueError(f"unexpected arguments: {rest[1:]}")
                 config, workdir = fv.config, fv.workdir
                 self._substitute_init(config, pwd)
-                text = launch.dry_run(config, workdir)
+                text = launch.dry_run(config, workdir, hosts=fv.hosts)
             except SystemExit as e:
                 raise Reject(f"exit status {e.code}: {err.getvalue().strip()[-1500:]}") from None
             except Exception as e:  # noqa: BLE001
@@ -563,6 +564,10 @@ class Runner:
         out = Path(fv.output)
         shutil.rmtree(out, ignore_errors=True)
         shutil.copytree(shards, out)
+        if settings.heldout_every:  # the held-out shards' directory too
+            held = Path(cpd.heldout_directory(fv.output, fv.heldout_output))
+            shutil.rmtree(held, ignore_errors=True)
+            shutil.copytree(shards, held)
 
     def fake_shards(self, s) -> Path:
         return fake_shards(s)
@@ -671,10 +676,12 @@ _SHARDS: dict[str, Path] = {}  # tiny shards by (length, P, masking, compression
 
 
 def fake_shards(s) -> Path:
-    """Tiny real shards with the asked length, predictions, masking and compression (cached)."""
+    """Tiny real shards with the asked length, predictions, masking and compression, in as many files
+    as asked up to 8 (enough for a plan of a few hosts; cached)."""
     from input_pipeline import create_pretraining_data as cpd
 
-    key = f"L{s.max_seq_length}-P{s.max_predictions_per_seq}-{s.masking}-{s.compression}"
+    files = min(s.num_shards, 8)
+    key = f"L{s.max_seq_length}-P{s.max_predictions_per_seq}-{s.masking}-{s.compression}-{files}"
     if key not in _SHARDS:
         root = Path(tempfile.mkdtemp(prefix="doc-test-shards-"))
         (root / "text.txt").write_text(FAKE_TEXT * 3)
@@ -682,7 +689,7 @@ def fake_shards(s) -> Path:
             cpd.create_pretraining_data(str(root / "text.txt"), str(root / key), str(Path(_minilm()) / "vocab.txt"),
                                         progress=False, max_seq_length=s.max_seq_length,
                                         max_predictions_per_seq=s.max_predictions_per_seq, masking=s.masking,
-                                        compression=s.compression, dupe_factor=1)
+                                        compression=s.compression, dupe_factor=1, num_shards=files)
         _SHARDS[key] = root / key
     return _SHARDS[key]
 
@@ -735,7 +742,7 @@ def fake_download(url: str, out_dir: Path, out_file: Path | None, accept: str | 
         from tests.fixtures.task_files import GlueFiles
 
         with tempfile.TemporaryDirectory() as tmp:
-            GlueFiles.write(Path(tmp))
+            GlueFiles.write(Path(tmp), train_rows=64)  # a batch of 32 twice over: a dry run counts the steps
             if name.endswith(".zip"):
                 stem = name[:-4]
                 folder = {"QQP-clean": "QQP", "QNLIv2": "QNLI"}.get(stem, stem)
@@ -750,8 +757,8 @@ def fake_download(url: str, out_dir: Path, out_file: Path | None, accept: str | 
 
         version = "2.0" if "v2.0" in name else "1.1"
         data = squad_dataset(version, malformed=False)
-        if name.startswith("train"):  # enough questions for a batch of 8 (ids kept unique)
-            for k in range(3):
+        if name.startswith("train"):  # enough questions for a batch of 48, SQuAD 2.0's (ids kept unique)
+            for k in range(15):
                 for article in squad_dataset(version, malformed=False)["data"]:
                     for qa in article["paragraphs"][0]["qas"]:
                         qa["id"] += f"_{k}"

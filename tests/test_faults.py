@@ -131,6 +131,27 @@ def test_sigterm_during_start_up_and_evaluation(tmp_path, env):
 
 
 @pytest.mark.slow
+def test_sigint_saves_within_a_step_of_the_signal(tmp_path, env):
+    """Ctrl-C with progress logged every 40 steps and no checkpoint or evaluation due, where the host
+    could queue steps as far as the next log line (it did before it waited for each step: signalled
+    0.3 s after the step-80 line, such a run saved step 117): the checkpoint is within a step of where
+    the devices were when the signal came, estimated from the rate the step-80 line reports (twice
+    that rate, for a busy machine) and the time since that line."""
+    run = train(tmp_path, env, "--config.num_train_steps=200", "--config.optimizer.num_train_steps=200",
+                "--config.log_every=40", "--config.checkpoint_every=1000", "--config.eval_every=0")
+    line = run.wait_for(r"^step 80/.* ([0-9.]+) steps/s")
+    assert line is not None, run.log[-3000:]
+    seen = time.time()
+    time.sleep(0.3)
+    run.proc.send_signal(signal.SIGINT)
+    elapsed, rate = time.time() - seen, float(line.group(1))
+    assert run.finish() == 0, run.log[-3000:]
+    saved = int(re.search(r"SIGINT received: saved a checkpoint at step (\d+); exiting", run.log).group(1))
+    assert 80 < saved <= 80 + 2 * rate * elapsed + 2, (saved, rate, elapsed, run.log[-3000:])
+    assert committed(tmp_path) == [saved]
+
+
+@pytest.mark.slow
 def test_two_trainers_started_together(tmp_path, env):
     """Two train.py on one workdir, 1 s apart: one runs to the end, the other is refused with one line."""
     first = train(tmp_path, env)

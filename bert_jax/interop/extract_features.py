@@ -1,7 +1,12 @@
 r"""Feature extraction: BERT's activations for each input text (the paper's feature-based use, §5.3).
 
-    python -m bert_jax.interop.extract_features --init hf:DIR --input in.txt --output out.jsonl \
+    python -m bert_jax.interop.extract_features --init WORKDIR --input in.txt --output out.jsonl \
         [--layers -1,-2,-3,-4] [--max_seq_length 128] [--batch_size 32] [--vocab vocab.txt]
+
+``--init``: a ``train.py`` workdir, pre-training or fine-tuning (its latest step; or
+``WORKDIR/checkpoints/STEP``), ``hf:DIR``, ``tf:PREFIX`` or ``orbax:DIR``: every form
+`bert_jax.interop.pretrained.read_checkpoint` takes. Its encoder runs; the vocabulary is the one
+beside it (a workdir's ``config.json`` names it) unless ``--vocab`` is given.
 
 Input: one text per line, or ``text_a ||| text_b`` pairs as Google's extract_features.py takes them.
 Output ``*.jsonl``: the original tool's layout, one object per input line::
@@ -164,7 +169,7 @@ def run(init: str, input_path, output_path, *, layers=(-1, -2, -3, -4), max_seq_
     vocab = vocab or ckpt.vocab_file
     if vocab is None:
         raise ValueError(f"{init}: no vocabulary beside the checkpoint (vocab.txt, RoBERTa's vocab.json + "
-                         f"merges.txt, ModernBERT's tokenizer.json); pass --vocab")
+                         f"merges.txt, ModernBERT's tokenizer.json; a workdir's config.json names none); pass --vocab")
     tokenizer = load_tokenizer(vocab)  # WordPiece, SentencePiece or a byte-level BPE
     pretrained.check_vocab_size(ckpt.config, tokenizer.vocab_size, vocab, "the checkpoint")
     model_max = ckpt.config.max_position_embeddings - ckpt.config.position_offset  # longest row it takes
@@ -181,8 +186,9 @@ def run(init: str, input_path, output_path, *, layers=(-1, -2, -3, -4), max_seq_
 def define_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
     """Defines the command-line flags on `fv` (only when run as a program: no import-time flags)."""
     kw = {"flag_values": fv}
-    flags.DEFINE_string("init", None, "checkpoint: hf:DIR, tf:PREFIX or orbax:DIR (pkg: names resolved, e.g. "
-                        "hf:pkg:minilm)", required=True, **kw)
+    flags.DEFINE_string("init", None, "checkpoint: a train.py workdir (its latest step, or WORKDIR/checkpoints/STEP), "
+                        "hf:DIR, tf:PREFIX or orbax:DIR (pkg: names resolved, e.g. hf:pkg:minilm)", required=True,
+                        **kw)
     flags.DEFINE_string("input", None, "text file: one input per line, or 'a ||| b' pairs", required=True, **kw)
     flags.DEFINE_string("output", None, "output file: *.jsonl (original layout) or *.npz", required=True, **kw)
     flags.DEFINE_list("layers", ["-1", "-2", "-3", "-4"], "layers to output; 0 = embeddings, -1 = last", **kw)

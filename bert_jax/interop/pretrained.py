@@ -1,5 +1,12 @@
-"""Opening a pre-trained checkpoint by spec: ``hf:DIR``, ``tf:PREFIX`` or ``orbax:DIR``.
+"""Opening a checkpoint by spec: a ``train.py`` workdir, ``hf:DIR``, ``tf:PREFIX`` or ``orbax:DIR``.
 
+- ``WORKDIR`` (or ``orbax:WORKDIR``): a workdir of ``train.py``, pre-training or fine-tuning (one
+  seed's ``WORKDIR/seed_<n>`` when it ran several), at its latest step; ``WORKDIR/checkpoints`` the
+  same; ``WORKDIR/checkpoints/<step>`` that step. The model config comes from the checkpoint's
+  metadata, the vocabulary from the workdir's ``config.json`` (pre-training: ``data.vocab``;
+  fine-tuning: ``vocab``, else its ``init_checkpoint``'s). Only parameters are read, no optimizer
+  state; networks the model asked for does not have (ELECTRA's generator, a fine-tuned task head)
+  are left out.
 - ``hf:DIR``: a Hugging Face BERT, ALBERT, ELECTRA, RoBERTa or ModernBERT directory (config.json,
   whose ``model_type`` picks the family, + model.safetensors or pytorch_model.bin; the vocabulary if
   present: vocab.txt, RoBERTa's vocab.json, ALBERT's spiece.model, ModernBERT's tokenizer.json).
@@ -9,6 +16,8 @@
 - ``orbax:DIR``: parameters saved by `save_orbax` (bert_config.json + an Orbax ``params`` item).
 
 In place of DIR or PREFIX, a package's data by name: ``hf:pkg:minilm`` (`read_checkpoint` locates it).
+Without a prefix, a directory is recognised: a workdir, a ``save_orbax`` directory (bert_config.json)
+or a Hugging Face one (config.json beside model.safetensors or pytorch_model.bin).
 
 Every failure is one line naming the file and what was expected.
 """
@@ -20,7 +29,7 @@ import json
 from pathlib import Path
 
 import numpy as np
-from flax import nnx
+from flax import nnx, traverse_util
 
 from bert_jax.interop import convert
 from bert_jax.interop.families import family
@@ -28,19 +37,20 @@ from bert_jax.model.config import BertConfig
 from bert_jax.model.electra import ElectraDiscriminator, ElectraForPreTraining, electra_generator_config
 from bert_jax.model.encoder import BertEncoder
 from bert_jax.model.models import BertForPreTraining, create_abstract
-from bert_jax.model.weights import load_params
+from bert_jax.model.weights import full_paths, load_params
 from bert_jax.resolve import saved_model
-from bert_jax.training.checkpoints import read_tree
+from bert_jax.training.checkpoints import Checkpointer, read_params, read_tree, stored_param_shapes
+from input_pipeline.files import path_or_url
 
 
 @dataclasses.dataclass
 class Checkpoint:
     config: BertConfig
-    source: str  # "hf" | "tf" | "orbax"
-    path: Path
-    tensors: dict[str, np.ndarray] | None  # checkpoint names (hf/tf); None for orbax
+    source: str  # "hf" | "tf" | "orbax" | "workdir"
+    path: Path  # workdir: the step directory, checkpoints/<step>
+    tensors: dict[str, np.ndarray] | None  # checkpoint names (hf/tf); None for orbax and workdirs
     heads: dict[str, bool]  # pooler / mlm / nsp / rtd present
-    vocab_file: Path | None
+    vocab_file: Path | str | None  # a workdir's may be a gs:// path
     model_type: str = "bert"  # the family (bert_jax.interop.families): bert, albert, electra, roberta, modernbert
 
 
@@ -156,16 +166,133 @@ def read_orbax(directory: str | Path) -> Checkpoint:
     return Checkpoint(cfg, "orbax", d, None, heads, vocab, convert.model_type_of(None, cfg))
 
 
+def workdir_step(path: str | Path):
+    """The step directory ``path`` names when it is a ``train.py`` workdir (its latest step), its
+    ``checkpoints`` directory (the latest step) or one ``checkpoints/<step>``; None when it is none of
+    these. A fine-tuning workdir of several seeds (``seed_<n>/checkpoints``) is an error naming them."""
+    import orbax.checkpoint as ocp
+
+    path = path_or_url(path)
+    if path.name.isdigit() and (path / "state").is_dir():
+        return path
+    for root in (path / "checkpoints", path):
+        if root.is_dir():  # committed steps only (in a bucket, one being written has no commit marker yet)
+            steps = [int(p.name) for p in root.iterdir()
+                     if p.name.isdigit() and (p / "state").is_dir() and ocp.step.is_path_finalized(p)]
+            if steps:
+                return root / str(max(steps))
+    if path.is_dir() and (seeds := sorted(p.name for p in path.iterdir()
+                                          if p.name.startswith("seed_") and (p / "checkpoints").is_dir())):
+        raise ValueError(f"{path}: a fine-tuning workdir of {len(seeds)} seeds, each a run of its own: name one, "
+                         f"e.g. {path / seeds[0]}")
+    return None
+
+
+def _workdir_config(checkpoints) -> tuple[dict, object] | None:
+    """The ``config.json`` of the workdir holding ``checkpoints`` (a seed's run: the one above it)."""
+    for d in (checkpoints.parent, checkpoints.parent.parent):
+        if (d / "config.json").exists():
+            try:
+                return json.loads((d / "config.json").read_text(encoding="utf-8")), d / "config.json"
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                raise ValueError(f"{d / 'config.json'}: not valid JSON ({e})") from e
+    return None
+
+
+def vocab_of(spec: str):
+    """The vocabulary file of the checkpoint ``spec`` names, without reading its weights, or None."""
+    from input_pipeline.package_data import locate
+
+    kind, sep, rest = spec.partition(":")
+    kind, path = (kind, path_or_url(locate(rest))) if sep and kind in ("hf", "tf", "orbax") else \
+        ("", path_or_url(locate(spec)))
+    if kind in ("", "orbax") and (step := workdir_step(path)) is not None:
+        return _workdir_vocab(step.parent)
+    if kind == "tf":
+        candidate = path.parent / "vocab.txt"
+    elif (path / "bert_config.json").exists():
+        candidate = path / "vocab.txt"
+    elif (path / "config.json").exists():
+        hf_cfg = _json(path / "config.json")
+        name = family(hf_cfg.get("model_type"), source=str(path / "config.json")).vocab_file
+        candidate = path / name if name else None
+    else:
+        return None
+    return candidate if candidate is not None and candidate.exists() else None
+
+
+def _workdir_vocab(checkpoints):
+    """A workdir's vocabulary: pre-training's ``data.vocab``; fine-tuning's ``vocab``, else the one of
+    its ``init_checkpoint``."""
+    from input_pipeline.package_data import locate
+
+    found = _workdir_config(checkpoints)
+    if found is None:
+        return None
+    config, _ = found
+    if "task" in config:
+        vocab = config.get("vocab") or (vocab_of(config["init_checkpoint"]) if config.get("init_checkpoint") else None)
+    else:
+        vocab = (config.get("data") or {}).get("vocab")
+    return locate(str(vocab)) if vocab else None
+
+
+def read_workdir(path: str | Path) -> Checkpoint:
+    """A ``train.py`` workdir, its ``checkpoints`` directory or one step of it (the module docstring):
+    the model config from the checkpoint's metadata, the heads from its parameters' names (no array
+    is read here), the vocabulary from ``config.json``."""
+    step_dir = workdir_step(path)
+    if step_dir is None:
+        raise FileNotFoundError(f"{path}: no checkpoint (expected a train.py workdir with checkpoints/<step>/state, "
+                                f"or one checkpoints/<step>)")
+    checkpoints = step_dir.parent
+    ckpt = Checkpointer(checkpoints.parent, async_save=False)
+    try:
+        meta = ckpt.read_meta(int(step_dir.name))
+    finally:
+        ckpt.close()
+    if "model" not in meta:
+        raise ValueError(f"{step_dir}: checkpoint metadata has no model config (not written by bert_jax's trainer)")
+    cfg = saved_model(meta["model"], checkpoints)  # as the job resolved it when it started
+    names = stored_param_shapes(step_dir)
+    heads = {"pooler": any(k.startswith("bert/pooler/") for k in names),
+             **{h: any(k.startswith(f"{h}/") for k in names) for h in ("mlm", "nsp", "rtd")}}
+    model_type = "electra" if heads["rtd"] else convert.model_type_of(None, cfg)
+    return Checkpoint(cfg, "workdir", step_dir, None, heads, _workdir_vocab(checkpoints), model_type)
+
+
+READERS = {"hf": read_hf, "tf": read_tf, "orbax": read_orbax}
+FORMS = "a train.py workdir (or WORKDIR/checkpoints/STEP), hf:DIR, tf:PREFIX or orbax:DIR"
+
+
 def read_checkpoint(spec: str) -> Checkpoint:
     """The checkpoint ``spec`` names (the module docstring); a package's data by name in place of the
     path (``hf:pkg:minilm``, `input_pipeline.package_data.locate`) is located here, for every tool."""
     from input_pipeline.package_data import locate
 
-    kind, sep, path = spec.partition(":")
-    readers = {"hf": read_hf, "tf": read_tf, "orbax": read_orbax}
-    if not sep or kind not in readers or not path:
-        raise ValueError(f"checkpoint spec {spec!r}: expected hf:DIR, tf:PREFIX or orbax:DIR")
-    return readers[kind](locate(path) if path.startswith("pkg:") else path)
+    kind, sep, rest = spec.partition(":")
+    if sep and kind in READERS:
+        if not rest:
+            raise ValueError(f"checkpoint spec {spec!r}: expected {FORMS}")
+        path = locate(rest) if rest.startswith("pkg:") else rest
+        if kind == "orbax" and workdir_step(path) is not None:
+            return read_workdir(path)
+        return READERS[kind](path)
+    if sep and "/" not in kind and not kind.startswith(".") and kind not in ("pkg", "gs", "s3", "file"):
+        raise ValueError(f"checkpoint spec {spec!r}: unknown prefix {kind + ':'!r}; expected {FORMS}")
+    path = path_or_url(locate(spec))
+    if workdir_step(path) is not None:
+        return read_workdir(path)
+    if (path / "bert_config.json").exists():
+        return read_orbax(path)
+    if (path / "config.json").exists() and any((path / f).exists() for f in ("model.safetensors", "pytorch_model.bin")):
+        return read_hf(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{spec}: does not exist (expected {FORMS})")
+    if (path / "checkpoints").is_dir() or (path / "config.json").exists():
+        raise FileNotFoundError(f"{spec}: a workdir without a checkpoint yet (expected checkpoints/<step>/state)")
+    raise FileNotFoundError(f"{spec}: neither a training workdir (checkpoints/<step>/state), a directory with "
+                            f"bert_config.json (orbax:DIR), nor a Hugging Face one; expected {FORMS}")
 
 
 def build_model(ckpt: Checkpoint, *, with_heads: bool = True, config: BertConfig | None = None) -> nnx.Module:
@@ -240,6 +367,12 @@ def load_into(ckpt: Checkpoint, model: nnx.Module, *, only: str | None = None,
     if ckpt.source == "orbax":
         return load_params(model, read_tree(ckpt.path / "params"), where=str(ckpt.path / "params"), only=only,
                            allow_missing=allow_missing)
+    if ckpt.source == "workdir":
+        stored, where = read_params(ckpt.path)
+        groups = {k.split("/")[0] for k in full_paths(traverse_util.flatten_dict(
+            nnx.state(model, nnx.Param).to_pure_dict(), sep="/"))}
+        stored = {k: v for k, v in stored.items() if k.split("/")[0] in groups}  # a generator, a task head: not here
+        return load_params(model, stored, where=str(where), only=only, allow_missing=allow_missing)
     return convert.load_tensors(model, ckpt.tensors, ckpt.config, source=ckpt.source, only=only,
                                 allow_missing=allow_missing, where=str(ckpt.path), model_type=ckpt.model_type)
 

@@ -144,6 +144,13 @@ def _stored_shapes(state_dir: epath.Path) -> dict[str, tuple]:
     return _shapes(getattr(metadata, "item_metadata", metadata))
 
 
+def stored_param_shapes(step_dir: str | Path) -> dict[str, tuple]:
+    """``{"bert/...": shape}`` of a training checkpoint's parameters (``checkpoints/<step>``), from the
+    metadata of its ``state`` item alone: no array is read. Empty if the metadata cannot be read."""
+    shapes = _stored_shapes(as_path(step_dir) / "state")
+    return {k[len("params/"):]: v for k, v in shapes.items() if k.startswith("params/")}
+
+
 def _quiet_abandoned_reads() -> None:
     """After a restore failed part-way: TensorStore's reads still in flight complete later into the
     event loop Orbax ran them in, closed by then, and each prints a "RuntimeError: Event loop is
@@ -307,7 +314,7 @@ class Checkpointer:
         step = self.latest_step() if step is None else step
         if step is None:
             raise FileNotFoundError(f"{self.directory}: no checkpoint to restore")
-        self._check_shapes(step, to_stored(target), "does not fit this model/optimizer", hint)
+        self.check_restore(target, step, hint=hint)
         try:
             out = self._restore(step, ocp.args.Composite(
                 state=ocp.args.StandardRestore(to_stored(target)), meta=ocp.args.JsonRestore()))
@@ -331,8 +338,8 @@ class Checkpointer:
         step = self.latest_step() if step is None else step
         if step is None:
             raise FileNotFoundError(f"{self.directory}: no checkpoint to restore")
+        self.check_restore_params(target, step, what=what)
         item = {"params": to_stored(target)}
-        self._check_shapes(step, item, f"its {what} do not fit this model", False, partial=True)
         args = ocp.args.PyTreeRestore(item, restore_args=ocp.checkpoint_utils.construct_restore_args(item),
                                       partial_restore=True)
         try:
@@ -342,6 +349,16 @@ class Checkpointer:
         except Exception as e:  # unreadable: truncated or missing files, tensorstore errors
             raise CheckpointRestoreError(self._cannot(step, f"{type(e).__name__}: {e}", False)) from e
         return _split(out.state["params"], target)
+
+    def check_restore(self, target: Any, step: int, *, hint: bool = True) -> None:
+        """What `restore` checks before it reads anything: every array of ``target`` has its shape on
+        disk, from the checkpoint's metadata alone (the dry run calls it too)."""
+        self._check_shapes(step, to_stored(target), "does not fit this model/optimizer", hint)
+
+    def check_restore_params(self, target: Any, step: int, *, what: str = "parameters") -> None:
+        """What `restore_params` checks before it reads anything (`check_restore`, for parameters)."""
+        self._check_shapes(step, {"params": to_stored(target)}, f"its {what} do not fit this model", False,
+                           partial=True)
 
     def _restore(self, step: int, args: ocp.args.Composite) -> Any:
         """``manager.restore``; when it fails, the reads it started and abandoned are kept quiet

@@ -450,6 +450,11 @@ class PreTraining:
         # numbers then depend on its parameters alone, not on how many evaluations came before it (the
         # cadence, a resume), and the collapse warning compares like with like against step 0.
         self.eval_start = self.eval_data.state() if self.eval_data is not None else None
+        if is_main and self.eval_data is not None:
+            from input_pipeline.pretraining.dataset import eval_repeats
+
+            if warning := eval_repeats(config, jax.process_count()):  # what the dry run warns of too
+                log.warning("%s", warning)
         self.monitor = health.HealthMonitor(warmup_steps=config.optimizer.warmup_steps, enabled=is_main,
                                             advice=health.advice(config.optimizer),
                                             total_steps=config.num_train_steps)

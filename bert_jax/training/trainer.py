@@ -13,9 +13,11 @@ workdir; fine-tuning: one a seed) is trained the same way:
    line naming the changed fields), else the task's start (fresh, ``init_checkpoint``, warm start);
 3. the loop: a step, its metrics averaged over each logging window (progress, TensorBoard events,
    ``metrics.jsonl``), a NaN/Inf loss stops it without a save after it, the task's evaluation when
-   due, a checkpoint every ``checkpoint_every`` steps and at the end. SIGTERM (preemption) or SIGINT
-   saves the step in progress and returns once that checkpoint is committed (several processes: a
-   step they agree on, `bert_jax.training.preemption`).
+   due, a checkpoint every ``checkpoint_every`` steps and at the end. The host queues at most one
+   step behind the one the devices run, so SIGTERM (preemption) or SIGINT saves the step after the
+   one in progress at most and returns once that checkpoint is committed (several processes: a step
+   they agree on, `bert_jax.training.preemption`); an evaluation due at that step runs when the run
+   resumes there.
 
 A task (`bert_jax.training.pretraining.PreTraining`, `bert_jax.finetuning.task.FineTuning`)
 supplies what differs: the model and its steps, where a run starts, its batches, what a checkpoint
@@ -116,8 +118,9 @@ def train(config, task, workdir, seed: int, preemption: Preemption, is_main: boo
         batches = task.inputs(steps, seed, start, meta, workdir)
         progress = Progress(start, total, config.batch_size, enabled=is_main and task.show_progress)
         prefix = f"{task.name}: " if task.name else ""
-        if start == 0 and task.evaluation_due(0, total):
-            task.evaluate(steps, state, 0, writer, preemption.arrived)
+        # Step 0's evaluation, or one a signal left undone at the step the run resumes from.
+        if task.evaluation_due(start, total) and (start == 0 or not evaluated(workdir, start, is_main)):
+            task.evaluate(steps, state, start, writer, preemption.arrived)
         if preemption.arrived() and not preemption.shared:
             newest = ckpt.latest_step()
             log.warning("%s%s received before the first step: nothing new to save (newest checkpoint: %s); "
@@ -141,8 +144,12 @@ def train(config, task, workdir, seed: int, preemption: Preemption, is_main: boo
             return summary
 
         ckpt.warm_up(state)
+        running = None  # the previous step's metrics: the host waits for them after queueing the next step
         while step < total:
             state, metrics = steps.train_fn(state, next(batches), rng)
+            if running is not None:  # at most one step queued behind the one running: a signal stops within a step
+                jax.block_until_ready(running)
+            running = metrics
             step += 1
             first = metrics if step == 1 else first  # a fresh run's first step (the collapse warning's)
             pending.append(metrics)
@@ -170,6 +177,24 @@ def train(config, task, workdir, seed: int, preemption: Preemption, is_main: boo
             progress.close()
         ckpt.close()
         writer.close()
+
+
+def evaluated(workdir, step: int, is_main: bool) -> bool:
+    """Whether ``workdir``'s metrics.jsonl records an evaluation at ``step`` (a run resumed at a step
+    whose evaluation a signal left undone has none). Process 0 reads it; every process gets its answer."""
+    from bert_jax.training.metric_writer import read_metrics
+
+    found = False
+    if is_main:
+        try:
+            found = any(r["step"] == step and r["split"] != "train" for r in read_metrics(workdir))
+        except (FileNotFoundError, ValueError, KeyError):
+            found = False
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        found = bool(multihost_utils.broadcast_one_to_all(np.int32(found)))
+    return found
 
 
 def resolved(config, mesh=None):

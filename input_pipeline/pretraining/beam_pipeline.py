@@ -9,6 +9,7 @@ the corpus, never on the runner, the workers or the bundling:
 
 1. ``read``: one element per input file; `shards.unit_documents` reads and tokenizes it and emits
    ``(shard, (file, j, document))`` for its non-empty documents (`shards.route` picks the shard).
+   With ``heldout_every``, the held-out shards are numbered after the training ones.
 2. ``GroupByKey`` by shard (every shard also gets an empty marker, so a shard without documents
    still gets its empty file, as locally); each shard sorts its documents by ``(file, j)`` — the
    order the local tool's spill files give — and `shards.shard_examples` builds its instances and
@@ -102,7 +103,8 @@ class BuildShard(_WithTokenizer):
         shard, grouped = element
         documents = [doc for _, _, data in sorted(g for g in grouped if g is not _EMPTY)
                      for doc in featurize.decode_documents(data)]
-        feats, counts = shards.shard_examples(self.job.settings, shard, documents, self.tokenizer)
+        settings, _ = self.job.settings.shard_output(self.job.output_dir, self.job.heldout_output, shard)
+        feats, counts = shards.shard_examples(settings, shard, documents, self.tokenizer)
         yield shard, list(featurize.serialize_features(feats))
         yield beam.pvalue.TaggedOutput("counts", (shard, counts))
 
@@ -129,35 +131,40 @@ class TFRecordSink(fileio.FileSink):
         # stream on flush() and fails on the close() after it (filesystem.CompressedFile, Beam 2.77)
 
 
-def _prepare(_, *, input_spec, output_dir: str, read: list[dict]) -> int:
+def _prepare(_, *, input_spec, output_dirs: tuple[str, ...], read: list[dict]) -> int:
     outputs.check_text(input_spec, read)  # before the output is touched
-    outputs.prepare_output(output_dir)
+    for output_dir in output_dirs:
+        outputs.prepare_output(output_dir)
     return 1
 
 
-def _finish(_, *, output_dir: str, temp_dir: str, input_spec, job: shards.ShardingJob, vocab_size: int,
-            read: list[dict], written: list, files: list, start: float, runner: str) -> None:
-    if len(files) != job.settings.num_shards:  # never expected: one file per shard, whatever the runner
-        raise RuntimeError(f"{output_dir}: {len(files)} shard files written, expected {job.settings.num_shards}")
-    outputs.finish(output_dir, input_spec, job.settings, read=read,
+def _finish(_, *, output_dir: str, temp_dirs: tuple[str, ...], input_spec, job: shards.ShardingJob,
+            vocab_size: int, read: list[dict], written: list, files: list, start: float, runner: str) -> None:
+    s = job.settings
+    if len(files) != s.num_shards + s.held_out:  # never expected: one file per shard, whatever the runner
+        raise RuntimeError(f"{output_dir}: {len(files)} shard files written, expected {s.num_shards + s.held_out}")
+    outputs.finish(output_dir, input_spec, s, read=read,
                    written=[counts for _, counts in sorted(written, key=lambda sc: sc[0])],
                    input_files=len(job.units), vocab_file=job.vocab_file, vocab_size=vocab_size,
-                   lower_case=job.lower_case, seconds=time.time() - start, engine={"runner": runner})
-    if FileSystems.exists(temp_dir):
-        FileSystems.delete([temp_dir])
+                   lower_case=job.lower_case, seconds=time.time() - start, engine={"runner": runner},
+                   heldout_output=job.heldout_output)
+    for temp_dir in temp_dirs:
+        if FileSystems.exists(temp_dir):
+            FileSystems.delete([temp_dir])
 
 
 def build(p: beam.Pipeline, input_spec, units: list[str], output_dir: str, tokenizer,
-          s: shards.Settings, *, runner: str) -> None:
+          s: shards.Settings, *, runner: str, heldout_output: str = "") -> None:
     """Adds the pipeline's transforms to ``p`` (see the module docstring)."""
     source = source_file(tokenizer)
     if not (isinstance(tokenizer, WordPieceTokenizer) or os.path.basename(source) == TOKENIZER_JSON):
         raise ValueError(f"--vocab {source}: a Beam pipeline ships one vocabulary file to its workers: a WordPiece "
                          f"vocab.txt or a {TOKENIZER_JSON} (or run without --runner)")
-    job = shards.ShardingJob(s, tuple(units), output_dir, "", source, tokenizer.lower_case)
+    job = shards.ShardingJob(s, tuple(units), output_dir, "", source, tokenizer.lower_case, heldout_output)
     with tf.io.gfile.GFile(source) as f:
         vocab_text = f.read()
-    temp_dir = FileSystems.join(output_dir, f"{outputs.BEAM_TEMP}{uuid.uuid4().hex[:12]}")
+    dirs = (output_dir, heldout_output) if s.held_out else (output_dir,)
+    temp_dirs = tuple(FileSystems.join(d, f"{outputs.BEAM_TEMP}{uuid.uuid4().hex[:12]}") for d in dirs)
     name = os.path.basename
 
     read = (p | "inputs" >> beam.Create(range(len(units)))
@@ -165,21 +172,30 @@ def build(p: beam.Pipeline, input_spec, units: list[str], output_dir: str, token
               | "read" >> beam.ParDo(ReadUnit(job, vocab_text)).with_outputs("counts", main="documents"))
     read_counts = beam.pvalue.AsList(read.counts)
     ready = (p | "start" >> beam.Create([None])
-               | "check text, clear output" >> beam.Map(_prepare, input_spec=input_spec, output_dir=output_dir,
+               | "check text, clear output" >> beam.Map(_prepare, input_spec=input_spec, output_dirs=dirs,
                                                          read=read_counts))
-    markers = p | "every shard" >> beam.Create([(i, _EMPTY) for i in range(s.num_shards)])
+    markers = p | "every shard" >> beam.Create([(i, _EMPTY) for i in range(s.num_shards + s.held_out)])
     built = ((read.documents, markers)
              | "documents and markers" >> beam.Flatten()
              | "group by shard" >> beam.GroupByKey()
              | "build shards" >> beam.ParDo(BuildShard(job, vocab_text), ready=beam.pvalue.AsSingleton(ready))
              .with_outputs("counts", main="records"))
-    files = built.records | "write shards" >> fileio.WriteToFiles(
-        path=output_dir, temp_directory=StaticValueProvider(str, temp_dir), sink=lambda _: TFRecordSink(s.compression),
-        destination=lambda element: element[0],
-        file_naming=lambda window, pane, i, n, compression, shard: name(s.shard_path(output_dir, shard)))
+    # The training shards, then (heldout_every) the held-out ones, each set into its own directory.
+    parts = built.records | "training or held out" >> beam.Partition(
+        lambda element, n: int(element[0] >= s.num_shards), len(dirs))
+    written = []
+    for k, (directory, temp_dir) in enumerate(zip(dirs, temp_dirs, strict=True)):
+        first = k * s.num_shards  # the first shard number of this directory
+        settings = s if k == 0 else s.heldout_settings()
+        written.append(parts[k] | f"write shards {k}" >> fileio.WriteToFiles(
+            path=directory, temp_directory=StaticValueProvider(str, temp_dir),
+            sink=lambda _: TFRecordSink(s.compression), destination=lambda element: element[0],
+            file_naming=lambda window, pane, i, n, compression, shard, first=first, settings=settings, d=directory:
+            name(settings.shard_path(d, shard - first))))
+    files = written | "all shard files" >> beam.Flatten()
     _ = (p | "end" >> beam.Create([None])
            | "config.json, summary.json" >> beam.Map(
-               _finish, output_dir=output_dir, temp_dir=temp_dir, input_spec=input_spec, job=job,
+               _finish, output_dir=output_dir, temp_dirs=temp_dirs, input_spec=input_spec, job=job,
                vocab_size=tokenizer.vocab_size, read=read_counts, written=beam.pvalue.AsList(built.counts),
                files=beam.pvalue.AsList(files), start=time.time(), runner=runner))
 
@@ -194,7 +210,7 @@ class _QuietUserErrors(logging.Filter):
 
 
 def run(input_spec, output_dir: str, tokenizer, units: list[str], s: shards.Settings,
-        pipeline_args: list[str]) -> dict:
+        pipeline_args: list[str], heldout_output: str = "") -> dict:
     """Runs the pipeline with Beam's options ``pipeline_args`` (``--runner=...`` among them) and
     waits for it; returns the summary it wrote."""
     options = PipelineOptions(pipeline_args)
@@ -205,7 +221,7 @@ def run(input_spec, output_dir: str, tokenizer, units: list[str], s: shards.Sett
     beam_log.addFilter(quiet)
     try:
         with beam.Pipeline(options=options) as p:
-            build(p, input_spec, units, output_dir, tokenizer, s, runner=runner)
+            build(p, input_spec, units, output_dir, tokenizer, s, runner=runner, heldout_output=heldout_output)
     finally:
         beam_log.removeFilter(quiet)
     with tf.io.gfile.GFile(os.path.join(output_dir, "summary.json")) as f:

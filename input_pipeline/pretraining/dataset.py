@@ -68,6 +68,60 @@ def _record_files(spec: str) -> list[str] | None:
     return files
 
 
+def shards_summary(spec: str) -> dict | None:
+    """The ``summary.json`` of the create_pretraining_data output ``spec`` names (its directory, or a
+    glob of its files), or None (text input, files without one)."""
+    spec = locate(spec)
+    if "," in spec:
+        return None
+    directory = spec.rstrip("/") if tf.io.gfile.isdir(spec) else spec.rsplit("/", 1)[0]
+    path = directory + "/summary.json"
+    if not tf.io.gfile.exists(path):
+        return None
+    with tf.io.gfile.GFile(path) as f:
+        return json.load(f)
+
+
+def examples_per_process(spec: str, processes: int = 1) -> list[int] | None:
+    """The examples each of ``processes`` processes reads from the shards ``spec`` names (process i
+    reads files i, i + n, ...), from their ``summary.json``; None when unknown."""
+    summary = shards_summary(spec)
+    files = _record_files(spec) if summary is not None else None
+    if not files:
+        return None
+    per_file = dict(zip(summary.get("shards", []), summary.get("examples_per_shard", []), strict=False))
+    counts = [per_file.get(f.rsplit("/", 1)[-1]) for f in files]
+    if None in counts:  # an older summary without per-shard counts: an even share of the total
+        if len(files) != len(summary.get("shards", [])):
+            return None
+        counts = [summary["examples"] / len(files)] * len(files)
+    return [int(sum(counts[i::processes])) for i in range(processes)]
+
+
+def eval_repeats(config, processes: int = 1) -> str | None:
+    """A warning when the held-out shards hold fewer examples than one evaluation reads
+    (``eval_steps`` batches of ``batch_size`` rows, each process ``batch_size / processes`` of them
+    from its own files): the evaluation would read some rows more than once. None when they suffice
+    or their size is unknown."""
+    d = config.data
+    if not (d.eval_input and config.eval_every and config.eval_steps):
+        return None
+    counts = examples_per_process(d.eval_input, processes)
+    if counts is None:
+        return None
+    rows = config.batch_size // processes  # each process's rows of a batch
+    need, fewest = config.eval_steps * rows, min(counts)
+    if fewest >= need:
+        return None
+    hosts = f" ({fewest:,} on the host with fewest, {need:,} rows each)" if processes > 1 else ""
+    fix = (f"--config.eval_steps={fewest // rows} reads each at most once" if fewest >= rows else
+           "they do not fill one batch")
+    return (f"{d.eval_input}: {sum(counts):,} held-out examples, fewer than an evaluation reads "
+            f"({config.eval_steps} batches of {config.batch_size} = {config.eval_steps * config.batch_size:,} rows"
+            f"{hosts}): rows repeat, some {-(-need // max(fewest, 1))} times; {fix}; or hold more out "
+            "(create_pretraining_data --heldout_every)")
+
+
 class PretrainingData:
     """An iterator of numpy batches (the `input_pipeline.pretraining.batch` layout) with ``state()`` /
     ``restore(state)``.
@@ -244,6 +298,13 @@ def make_pretraining_dataset(config, *, split: str = "train", batch_size: int, p
         if len(rows["input_ids"]) < batch_size * process_count:  # fails here, not after building tf.data
             raise ValueError(f"{spec}: {len(rows['input_ids'])} {split} examples, fewer than one batch of "
                              f"{batch_size * process_count} (config.batch_size)")
+        reads = config.eval_steps * batch_size * process_count if "eval_steps" in config else 0
+        if split == "eval" and process_index == 0 and len(rows["input_ids"]) < reads:
+            which = f" (every {held_out_every(d.eval_fraction)}th document)" if not d.eval_input else ""
+            log.warning("%s: %d held-out examples%s, fewer than an evaluation reads (%d batches of %d = %d rows): "
+                        "rows repeat; lower config.eval_steps to %d, or hold out more", spec, len(rows["input_ids"]),
+                        which, config.eval_steps, batch_size * process_count, reads,
+                        len(rows["input_ids"]) // (batch_size * process_count))
         if d.masking == "static":
             cfg = featurize.masking_config(tokenizer, masked_lm_prob=d.masked_lm_prob,
                                              max_predictions_per_seq=d.max_predictions_per_seq,

@@ -46,6 +46,8 @@ class Settings:
     compression: str = "none"
     text_field: str = "text"
     max_documents_per_file: int | None = None  # for smoke tests: only the first N of each file
+    heldout_every: int = 0  # N > 0: document j of each input with j % N == 0 goes to the held-out shards
+    heldout_shards: int = 0  # the held-out shard files (0: as many as num_shards)
 
     def check(self) -> None:
         """Raises a one-line ValueError naming each setting out of range (``key=value: expected ...``)."""
@@ -64,6 +66,8 @@ class Settings:
              "ngram", "an int >= 0 (0: off)"),
             (0 <= self.short_seq_prob <= 1, "short_seq_prob", "a probability in [0, 1]"),
             (0 <= self.masked_lm_prob <= 1, "masked_lm_prob", "a probability in [0, 1]"),
+            (self.heldout_every == 0 or self.heldout_every >= 2, "heldout_every", "0 (none held out) or >= 2"),
+            (self.heldout_shards >= 0, "heldout_shards", ">= 0 (0: as many as num_shards)"),
         ]
         bad = [f"{key}={getattr(self, key)!r}: expected {what}" for ok, key, what in problems if not ok]
         if bad:
@@ -72,6 +76,24 @@ class Settings:
     def shard_path(self, output_dir: str, shard: int) -> str:
         suffix = COMPRESSIONS[self.compression][1]
         return os.path.join(output_dir, f"{PREFIX}-{shard:05d}-of-{self.num_shards:05d}{suffix}")
+
+    @property
+    def held_out(self) -> int:
+        """The number of held-out shards (0: nothing held out)."""
+        return (self.heldout_shards or self.num_shards) if self.heldout_every else 0
+
+    def heldout_settings(self) -> Settings:
+        """The held-out shards' settings: the same examples, each held-out document used once
+        (``dupe_factor`` 1), in `held_out` files."""
+        return dataclasses.replace(self, num_shards=self.held_out, dupe_factor=1, heldout_every=0, heldout_shards=0)
+
+    def shard_output(self, job_output: str, heldout_output: str, shard: int) -> tuple[Settings, str]:
+        """(settings, file) of shard ``shard`` of a job: 0 .. num_shards - 1 are the training shards,
+        the held-out ones follow."""
+        if shard < self.num_shards:
+            return self, self.shard_path(job_output, shard)
+        held = self.heldout_settings()
+        return held, held.shard_path(heldout_output, shard - self.num_shards)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,6 +106,7 @@ class ShardingJob:
     spill_dir: str
     vocab_file: str  # the tokenizer's file (`input_pipeline.tokenizers.factory.source_file`): any kind
     lower_case: bool
+    heldout_output: str = ""  # the held-out shards' directory (settings.heldout_every > 0)
 
 
 def shard_seed(random_seed: int, shard: int) -> int:
@@ -100,6 +123,17 @@ def route(unit: int, doc: int, num_units: int, num_shards: int) -> int:
     return unit + num_units * (doc % len(range(unit, num_shards, num_units)))
 
 
+def route_document(s: Settings, unit: int, doc: int, num_units: int) -> int:
+    """The shard of document ``doc`` of input ``unit`` among the job's ``num_shards + held_out``:
+    with ``heldout_every`` N, the documents with ``doc % N == 0`` go to the held-out shards (numbered
+    from ``num_shards`` on), the rest to the training shards, each spread by `route` in their order."""
+    n = s.heldout_every
+    if n and doc % n == 0:
+        return s.num_shards + route(unit, doc // n, num_units, s.held_out)
+    before = (doc - 1) // n + 1 if n else 0  # held-out documents before this one in its input
+    return route(unit, doc - before, num_units, s.num_shards)
+
+
 def _spill_path(job: ShardingJob, shard: int, unit: int) -> str:
     return os.path.join(job.spill_dir, f"s{shard:05d}-u{unit:05d}.bin")
 
@@ -107,7 +141,7 @@ def _spill_path(job: ShardingJob, shard: int, unit: int) -> str:
 def unit_documents(job: ShardingJob, unit: int, tokenizer, report: sources.SourceReport,
                    counts: collections.Counter, notify=lambda n: None) -> Iterator[tuple[int, int, list]]:
     """Stage 1's reading: ``(j, shard, document)`` for each non-empty tokenized document ``j`` of
-    input ``unit``, in order (`route` picks the shard); counts ``empty_documents`` and
+    input ``unit``, in order (`route_document` picks the shard); counts ``empty_documents`` and
     ``sentences`` into ``counts`` and bad input into ``report``. The local pool spills what it
     yields, the Beam pipeline (`input_pipeline.pretraining.beam_pipeline`) emits it keyed by shard."""
     s = job.settings
@@ -124,7 +158,7 @@ def unit_documents(job: ShardingJob, unit: int, tokenizer, report: sources.Sourc
             counts["empty_documents"] += 1
             continue
         counts["sentences"] += len(doc)
-        yield j, route(unit, j, len(job.units), s.num_shards), doc
+        yield j, route_document(s, unit, j, len(job.units)), doc
     notify(seen % 64)
 
 
@@ -166,12 +200,12 @@ def shard_examples(s: Settings, shard: int, documents: list, tokenizer) -> tuple
 
 
 def write_shard(job: ShardingJob, shard: int, tokenizer, notify) -> dict:
-    """Stage 2: one shard's spilled documents → `shard_examples` → a complete TFRecord file."""
-    s = job.settings
+    """Stage 2: one shard's spilled documents → `shard_examples` → a complete TFRecord file (a
+    training shard, or a held-out one: `Settings.shard_output`)."""
+    settings, path = job.settings.shard_output(job.output_dir, job.heldout_output, shard)
     spilled = glob.glob(os.path.join(job.spill_dir, f"s{shard:05d}-u*.bin"))
-    feats, counts = shard_examples(s, shard, featurize.read_spilled(sorted(spilled)), tokenizer)
-    featurize.write_records(s.shard_path(job.output_dir, shard),
-                              featurize.serialize_features(feats), COMPRESSIONS[s.compression][0])
+    feats, counts = shard_examples(settings, shard, featurize.read_spilled(sorted(spilled)), tokenizer)
+    featurize.write_records(path, featurize.serialize_features(feats), COMPRESSIONS[settings.compression][0])
     notify(0)
     return counts
 

@@ -12,7 +12,10 @@ Sources (``SentimentTask(source)``):
 Formats (tab-separated, UTF-8, ``\\n`` or ``\\r\\n`` line ends, blank lines ignored):
 
 * snippets: ``id<TAB>score<TAB>text``; label = sign of the score (``score > 0`` positive,
-  ``< 0`` negative); sentences scored exactly 0 have no label and are dropped (37 in the review file);
+  ``< 0`` negative); sentences scored exactly 0 have no label and are dropped, counted in
+  ``dropped[split]`` and logged (37 in the review file). With ``target="score"`` the task is a
+  regression on the score itself (kind ``regression``: mean squared error; Pearson and Spearman
+  correlations, their mean the headline ``score``), and no sentence is dropped;
 * labelled: ``label<TAB>text`` with label ``0``/``1``, ``neg``/``pos`` or ``negative``/``positive``
   (any case); an optional header line whose first field is ``label`` is skipped.
 
@@ -38,7 +41,8 @@ A line with the wrong number of fields, an unparseable score, an unknown label, 
 invalid UTF-8 is malformed: reported as ``file:line``, counted in ``skipped[split]`` and skipped with a
 warning (``on_error="skip"``), or raised as `TaskDataError` (``on_error="raise"``). Features are
 ``[CLS] text [SEP]``, truncated to ``max_seq_length``; the metric is accuracy. Predictions are written
-as ``<split>_sentiment.tsv``: ``id, prediction, p_positive, label, text`` under that header.
+as ``<split>_sentiment.tsv``: ``id, prediction, p_positive, label, text`` under that header
+(``target="score"``: ``id, prediction, score, text``, the prediction a score).
 """
 
 from __future__ import annotations
@@ -63,24 +67,34 @@ TRAIN_ORDER_SEED = 0
 _MAX_REPORTED = 5  # malformed lines logged one by one; the rest only counted
 
 
+TARGETS = ("sign", "score")  # what a scored file's score becomes: a class by its sign, or the value itself
+
+
 @dataclasses.dataclass(frozen=True)
 class SentimentExample:
     id: str  # the snippet file's id field, else the example's line number in its file
     text: str
-    label: int | None  # 0 negative, 1 positive; None for an unlabelled (test) split
+    label: int | float | None  # 0 negative, 1 positive (target "score": the score); None: unlabelled (test)
 
 
 class SentimentTask:
-    """Two-class sentence sentiment; see the module docstring. ``skipped[split]``: malformed lines."""
-
-    kind = "classification"
-    num_labels = 2
-    label_names = LABEL_NAMES
+    """Two-class sentence sentiment, or a regression on a scored file's scores (``target="score"``);
+    see the module docstring. ``skipped[split]``: malformed lines; ``dropped[split]``: zero-score
+    sentences without a label."""
 
     def __init__(self, source: str = "", *, dev_every: int = 10, validation_every: int = 0,
-                 eval_splits: str | tuple = "dev", on_error: str = "skip", name: str = "sentiment"):
+                 eval_splits: str | tuple = "dev", on_error: str = "skip", name: str = "sentiment",
+                 target: str = "sign"):
         if on_error not in ("skip", "raise"):
             raise ValueError(f"on_error must be 'skip' or 'raise', got {on_error!r}")
+        if target not in TARGETS:
+            raise ValueError(f"target={target!r}: expected 'sign' (two classes by the score's sign) or 'score' "
+                             "(a regression on the score)")
+        self.target = target
+        self.kind = "regression" if target == "score" else "classification"
+        self.num_labels = 1 if target == "score" else 2
+        self.label_names = () if target == "score" else LABEL_NAMES
+        self.dropped: dict[str, int] = {}
         if dev_every < 2:
             raise ValueError(f"dev_every must be at least 2, got {dev_every}")
         if validation_every == 1 or validation_every < 0:
@@ -139,6 +153,10 @@ class SentimentTask:
             rows = self._read(self._single, split, lambda k: (
                 "dev" if k % self.dev_every == 0 else self._train_line(k - k // self.dev_every)) == split)
         examples = [ex for ex in rows if ex.label is not None or split == "test"]
+        self.dropped[split] = len(rows) - len(examples)
+        if self.dropped[split]:
+            log.info("%s %s: %d sentence(s) scored exactly 0 dropped: no label, neither positive nor negative "
+                     "(%d kept)", self.name, split, self.dropped[split], len(examples))
         if not examples:
             raise TaskDataError(f"{self.name} {split}: no usable examples in {self._files or self._single}")
         if split == "train":  # a fixed shuffle: the first N are a fair sample (max_train_examples)
@@ -175,6 +193,9 @@ class SentimentTask:
                 continue
             if fmt is None:
                 fmt = _detect_format(line.split("\t"), where)
+                if fmt == "labelled" and self.target == "score":
+                    raise TaskDataError(f"{where}: target=score needs a scored file (id<TAB>score<TAB>text lines); "
+                                        f"this one is label<TAB>text")
                 if fmt == "labelled" and line.split("\t")[0].strip().lower() == "label":
                     continue  # header
             k += 1
@@ -198,7 +219,7 @@ class SentimentTask:
                 if not math.isfinite(score):
                     self._bad(split, where, f"score {fields[1]!r} is not a finite number")
                     continue
-                label = None if score == 0 else int(score > 0)
+                label = score if self.target == "score" else None if score == 0 else int(score > 0)
                 out.append(SentimentExample(fields[0].strip(), text, label))
             else:
                 value = fields[0].strip().lower()
@@ -227,7 +248,8 @@ class SentimentTask:
         ids[rows, 1 + within] = flat[(np.cumsum(lengths) - lengths)[rows] + within]
         ids[np.arange(n), 1 + kept] = tokenizer.sep_id
         mask = (np.arange(length)[None, :] < (kept + 2)[:, None]).astype(np.int32)
-        labels = np.asarray([0 if e.label is None else e.label for e in examples], np.int32).reshape(n)
+        dtype = np.float32 if self.target == "score" else np.int32
+        labels = np.asarray([0 if e.label is None else e.label for e in examples], dtype).reshape(n)
         return {"input_ids": ids, "input_mask": mask, "segment_ids": np.zeros((n, length), np.int32),
                 "example_index": np.arange(n, dtype=np.int32), "label": labels}
 
@@ -241,13 +263,27 @@ class SentimentTask:
         return logits
 
     def evaluate(self, examples, features, outputs) -> dict[str, float]:
-        from input_pipeline.tasks.glue_metrics import accuracy
+        from input_pipeline.tasks.glue_metrics import accuracy, pearson_spearman
 
         labels = feature_labels(self.name, examples, features)
+        if self.target == "score":
+            predicted = np.asarray(outputs["predictions"], np.float64)
+            gold = np.asarray(labels, np.float64)
+            pearson, spearman = pearson_spearman(gold, predicted)
+            return {"pearson": pearson, "spearman": spearman, "mse": float(np.mean((predicted - gold) ** 2)),
+                    "score": (pearson + spearman) / 2}
         acc = accuracy(labels, self._logits(features, outputs).argmax(-1))
         return {"accuracy": acc, "score": acc}
 
     def write_predictions(self, examples, features, outputs, out_dir: Path, split: str) -> list[Path]:
+        if self.target == "score":
+            lines = ["id\tprediction\tscore\ttext"]
+            for i, value in zip(features["example_index"], np.asarray(outputs["predictions"]), strict=True):
+                ex = examples[i]
+                gold = "" if ex.label is None else f"{ex.label:g}"
+                lines.append(f"{ex.id}\t{float(value):.4f}\t{gold}\t{ex.text}")
+            path = path_or_url(out_dir) / f"{split}_sentiment.tsv"
+            return [write_atomically(path, ("\n".join(lines) + "\n").encode("utf-8"))]
         logits = self._logits(features, outputs)
         p_pos = 1.0 / (1.0 + np.exp(logits[:, 0] - logits[:, 1]))
         lines = ["id\tprediction\tp_positive\tlabel\ttext"]

@@ -85,7 +85,7 @@ def load_tokenizer(path_or_dir: str | os.PathLike) -> Tokenizer:
     if path.suffix == ".txt":
         return WordPieceTokenizer(path)
     raise VocabError(f"{path}: unknown kind of vocabulary file (expected a WordPiece *.txt such as "
-                     f"{VOCAB_TXT}, a byte-level BPE {VOCAB_JSON} or a SentencePiece *.model)")
+                     f"{VOCAB_TXT}, a byte-level BPE {VOCAB_JSON}, a SentencePiece *.model or a {TOKENIZER_JSON})")
 
 
 def open_tokenizer(source: str | os.PathLike, lower_case: bool | None = None) -> Tokenizer:

@@ -204,9 +204,9 @@ def test_warm_start_shape_mismatch_is_clear(pretrain_workdir):
 
 
 def test_warm_start_errors(tmp_path):
-    with pytest.raises(FileNotFoundError, match="neither a pre-training workdir"):
+    with pytest.raises(FileNotFoundError, match="neither a training workdir"):
         open_init_checkpoint(str(tmp_path))
-    with pytest.raises(FileNotFoundError, match="use hf:DIR, tf:PREFIX or orbax:DIR"):
+    with pytest.raises(ValueError, match="unknown prefix 'zz:'; expected a train.py workdir"):
         open_init_checkpoint("zz:/x")
     with pytest.raises(FileNotFoundError, match="not a directory"):
         open_init_checkpoint(f"hf:{tmp_path}/missing")

@@ -186,3 +186,24 @@ def test_beam_needs_its_extra(monkeypatch, tiny_tok, tmp_path):
     with pytest.raises(Exception, match=r"pip install 'bert-jax\[beam\]'"):
         cpd.create_pretraining_data(str(tmp_path / "a.txt"), str(tmp_path / "out"), tiny_tok, runner="DirectRunner")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow  # ~1 min: two pipelines and a worker pool
+def test_heldout_shards_alike_on_beam_and_worker_processes(tiny_tok, tmp_path, write_token_corpus):
+    """--heldout_every: the training and held-out directories, byte for byte, whatever runs them."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    write_token_corpus(corpus, num_files=3, docs_per_file=5)
+    kw = dict(max_seq_length=L, max_predictions_per_seq=P, num_shards=4, heldout_every=3, heldout_shards=2,
+              dupe_factor=2, progress=False)
+    runs = {"local": dict(num_workers=1), "pool": dict(num_workers=2), "beam": dict(runner="DirectRunner")}
+    for name, engine in runs.items():
+        cpd.create_pretraining_data(str(corpus / "*.txt"), str(tmp_path / name / "p"), tiny_tok, **kw, **engine)
+    for name in ("pool", "beam"):
+        for d in ("p", "p-heldout"):
+            a, b = files_of(tmp_path / "local" / d), files_of(tmp_path / name / d)
+            assert sorted(a) == sorted(b), (name, d)
+            assert {k: v for k, v in a.items() if k.startswith("pretrain-")} == \
+                {k: v for k, v in b.items() if k.startswith("pretrain-")}, (name, d)
+    held = json.loads((tmp_path / "beam" / "p-heldout" / "summary.json").read_text())
+    assert held["documents"] == 6 and len(held["shards"]) == 2  # documents 0 and 3 of each file

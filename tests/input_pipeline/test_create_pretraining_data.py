@@ -194,3 +194,89 @@ def test_modernbert_pretrains_on_tokenizer_json_shards_from_the_worker_pool(gold
     c.optimizer.update(num_train_steps=2, warmup_steps=1, decay_steps=1)
     result = launch.run(c, str(tmp_path / "w"))
     assert result["train"]["mlm_loss"] > 0 and (tmp_path / "w" / "checkpoints" / "2").is_dir()
+
+
+# ------------------------------------------------------------------ text of the wrong shape, held-out shards
+
+
+def _posts(path, n=120, seed=0):
+    """One short post a line (1-2 sentences, no blank lines): the layout --format doc_per_line reads."""
+    rng = random.Random(seed)
+    lines = [" ".join(f"s{k} " + " ".join(f"w{rng.randrange(40)}" for _ in range(rng.randint(3, 8))) + "."
+                      for k in range(rng.randint(1, 2))) for _ in range(n)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_posts_read_as_one_document_are_a_warning(tiny_tok, tmp_path):
+    posts = _posts(tmp_path / "posts.txt")
+    summary = cpd.create_pretraining_data(str(posts), str(tmp_path / "out"), tiny_tok, max_seq_length=32,
+                                          dupe_factor=1, masking="none", progress=False)
+    assert summary["documents"] == 1
+    assert [w for w in summary["warnings"] if "read as 1 document(s)" in w and "--format doc_per_line" in w]
+    written = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert written["warnings"] == summary["warnings"]
+    # The same posts as documents: no such warning. Books (few documents of many sentences, blank lines
+    # between them) do get it: it says "if".
+    fine = cpd.create_pretraining_data(str(posts), str(tmp_path / "out"), tiny_tok, max_seq_length=32,
+                                       dupe_factor=1, masking="none", progress=False, format="doc_per_line")
+    assert fine["documents"] == 120 and not [w for w in fine["warnings"] if "read as" in w]
+
+
+def test_short_documents_skew_nsp_and_long_rows_are_padding(tiny_tok, tmp_path, write_token_corpus):
+    posts = _posts(tmp_path / "posts.txt", n=200)
+    summary = cpd.create_pretraining_data(str(posts), str(tmp_path / "out"), tiny_tok, max_seq_length=128,
+                                          dupe_factor=2, masking="none", progress=False, format="doc_per_line")
+    fraction = summary["next_sentence_label_1_fraction"]
+    assert fraction > 0.65, fraction  # one- and two-sentence documents: few IsNext pairs
+    nsp = [w for w in summary["warnings"] if "NSP labels are 1 (NotNext)" in w]
+    assert nsp and f"{fraction:.0%}" in nsp[0] and "--objective none" in nsp[0]
+    padding = [w for w in summary["warnings"] if "of the rows are padding at --max_seq_length 128" in w]
+    assert padding and summary["padding_fraction"] > 0.5
+    assert summary["padding_fraction"] == pytest.approx(1 - summary["tokens"] / (summary["examples"] * 128))
+    # Documents of many sentences at a length they fill: no warning at all.
+    (tmp_path / "docs").mkdir()
+    write_token_corpus(tmp_path / "docs")
+    good = cpd.create_pretraining_data(str(tmp_path / "docs" / "part-*.txt"), str(tmp_path / "good"), tiny_tok,
+                                       max_seq_length=32, dupe_factor=2, masking="none", progress=False)
+    assert good["warnings"] == [] and 0.4 < good["next_sentence_label_1_fraction"] < 0.6
+
+
+def test_heldout_every_nth_document(tiny_tok, tmp_path, write_token_corpus):
+    """--heldout_every 4: documents 0, 4, 8, ... of each file go to the held-out shards, once each;
+    the training shards hold the rest; together they hold every document."""
+    write_token_corpus(tmp_path, num_files=2, docs_per_file=12)
+    kw = dict(max_seq_length=32, masking="none", progress=False, objective="none", packing="doc", short_seq_prob=0.0)
+    out, held = tmp_path / "p", tmp_path / "p-heldout"
+    summary = cpd.create_pretraining_data(str(tmp_path / "part-*.txt"), str(out), tiny_tok, num_shards=2,
+                                          dupe_factor=2, heldout_every=4, heldout_shards=1, **kw)
+    assert sorted(os.listdir(held)) == ["config.json", "pretrain-00000-of-00001.tfrecord", "summary.json"]
+    config = json.loads((held / "config.json").read_text())
+    assert config["dupe_factor"] == 1 and config["num_shards"] == 1
+    assert config["held_out_of"] == {"output": str(out), "every": 4}
+    assert json.loads((out / "config.json").read_text())["held_out"] == {"output": str(held), "every": 4}
+    assert summary["held_out"]["documents"] == 6 and summary["documents"] == 18  # 3 + 9 of each file
+
+    words = open(tiny_tok.vocab_file).read().split("\n")
+
+    def sentences_in(directory):
+        """How often each document's sentences occur (each sentence holds its document's id once)."""
+        ids = collections.Counter()
+        for f in sorted(directory.glob("pretrain-*")):
+            for raw in tf.data.TFRecordDataset(str(f)).as_numpy_iterator():
+                row = featurize.parse_examples([raw], 32)["input_ids"].numpy()[0]
+                ids.update(words[t] for t in row if words[t].startswith("d"))
+        return ids
+
+    corpus = collections.Counter(line.split()[0].lower() for f in sorted(tmp_path.glob("part-*.txt"))
+                                 for line in f.read_text().splitlines() if line)  # sentences per document
+    # Document D of file f is "D<f * 12 + j>": held out exactly when j % 4 == 0, its sentences once each.
+    expected_held = {f"d{f * 12 + j}" for f in range(2) for j in range(0, 12, 4)}
+    assert sentences_in(held) == {d: corpus[d] for d in expected_held}
+    assert sentences_in(out) == {d: 2 * n for d, n in corpus.items() if d not in expected_held}  # dupe_factor 2
+    # The same command line, as a user types it.
+    with pytest.raises(ValueError, match="--heldout_output .*: the training shards' directory"):
+        cpd.create_pretraining_data(str(tmp_path / "part-*.txt"), str(out), tiny_tok, heldout_every=4,
+                                    heldout_output=str(out), **kw)
+    with pytest.raises(ValueError, match="heldout_every=1: expected 0 \\(none held out\\) or >= 2"):
+        cpd.create_pretraining_data(str(tmp_path / "part-*.txt"), str(out), tiny_tok, heldout_every=1, **kw)

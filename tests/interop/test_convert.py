@@ -203,8 +203,13 @@ def test_bad_checkpoints_give_one_line_errors(tiny_hf, tmp_path):
     (empty / "pytorch_model.bin").write_bytes(b"not a zip")
     with pytest.raises(ValueError, match="not a zip-format PyTorch checkpoint"):
         pretrained.read_checkpoint(f"hf:{empty}")
-    with pytest.raises(ValueError, match="expected hf:DIR, tf:PREFIX or orbax:DIR"):
-        pretrained.read_checkpoint(str(tiny_hf))
+    with pytest.raises(ValueError, match="model.safetensors: cannot read safetensors"):
+        pretrained.read_checkpoint(str(tiny_hf))  # no prefix: recognised as a Hugging Face directory
+    with pytest.raises(ValueError, match="unknown prefix 'zz:'; expected a train.py workdir"):
+        pretrained.read_checkpoint("zz:/x")
+    (tmp_path / "neither").mkdir()
+    with pytest.raises(FileNotFoundError, match="neither: neither a training workdir"):
+        pretrained.read_checkpoint(str(tmp_path / "neither"))
     with pytest.raises(FileNotFoundError, match="cannot open TF checkpoint"):
         pretrained.read_checkpoint(f"tf:{tmp_path / 'nope' / 'bert_model.ckpt'}")
 

@@ -137,6 +137,30 @@ def test_sigterm_saves_and_exits(tmp_path, monkeypatch, tiny_config):
     assert where.name == "2"
 
 
+@pytest.mark.slow  # ~10 s: three runs (one interrupted, its resume, a re-run of the finished one)
+def test_an_evaluation_a_signal_skips_runs_on_resume(tmp_path, monkeypatch, tiny_config):
+    """SIGTERM during step 3, where an evaluation is due: the run saves step 3 without evaluating
+    it; the re-run evaluates step 3 before its first step, then goes on."""
+    from input_pipeline.pretraining.synthetic import SyntheticBatches
+
+    original = SyntheticBatches.__next__
+
+    def preempt(self):
+        if self.seed == 0 and self.index == 2:  # the training batches (the held-out ones have seed 7)
+            os.kill(os.getpid(), signal.SIGTERM)  # arrives while step 3 is queued
+        return original(self)
+
+    monkeypatch.setattr(SyntheticBatches, "__next__", preempt)
+    config = tiny_config(prefetch_batches=0)  # evaluation and checkpoints every 3 steps, 6 steps
+    assert launch.run(config, tmp_path) == {"interrupted_at_step": 3}
+    assert [r["step"] for r in read_metrics(tmp_path, "eval")] == [0]
+    monkeypatch.setattr(SyntheticBatches, "__next__", original)
+    launch.run(config, tmp_path)
+    assert [r["step"] for r in read_metrics(tmp_path, "eval")] == [0, 3, 6]
+    launch.run(config, tmp_path)  # finished: its last evaluation is recorded, none is repeated
+    assert [r["step"] for r in read_metrics(tmp_path, "eval")] == [0, 3, 6]
+
+
 def test_every_config_builds_abstractly(load_config):
     """Each shipped pre-training configuration builds its model and optimizer state abstractly."""
     from bert_jax.resolve import resolve

@@ -2,6 +2,7 @@
 dev split, malformed lines reported as file:line, features, accuracy, prediction files, make_task."""
 
 import logging
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -189,3 +190,52 @@ def test_validation_split_is_carved_from_the_training_lines(tmp_path):
     task = make_task({"family": "sentiment", "source": str(path), "data_dir": "", "dev_every": 10,
                       "validation_every": 3, "eval_splits": "validation", "on_error": "raise"})
     assert task.eval_splits == ("validation",) and len(task.load("validation")) == 3
+
+
+OWN = Path(__file__).parents[2] / "fixtures" / "own_data"  # docs/finetuning.md's example files
+
+
+def test_own_scored_file_zero_scores_dropped_and_logged(caplog):
+    """tests/fixtures/own_data/scored.tsv (60 scored sentences, 5 scored 0): labels by the score's
+    sign; the zero scores are dropped, counted per split and logged with their counts."""
+    task = SentimentTask(str(OWN / "scored.tsv"))
+    with caplog.at_level(logging.INFO, logger="input_pipeline.tasks.sentiment"):
+        train, dev = task.load("train"), task.load("dev")
+    assert (len(train), len(dev)) == (50, 5) and task.dropped == {"train": 4, "dev": 1}
+    assert "sentiment train: 4 sentence(s) scored exactly 0 dropped" in caplog.text
+    assert "sentiment dev: 1 sentence(s) scored exactly 0 dropped" in caplog.text
+    rows = [line.split("\t") for line in (OWN / "scored.tsv").read_text().splitlines()]
+    expected = {i: int(float(s) > 0) for i, s, _ in rows if float(s) != 0}
+    assert {e.id: e.label for e in train + dev} == expected
+
+
+def test_own_scored_file_as_a_regression(vocab, tmp_path):
+    """target="score": a regression on the scores themselves (none dropped), scored with Pearson and
+    Spearman; a labelled file cannot be one."""
+    task = SentimentTask(str(OWN / "scored.tsv"), target="score")
+    assert (task.kind, task.num_labels, task.label_names) == ("regression", 1, ())
+    train, dev = task.load("train"), task.load("dev")
+    assert (len(train), len(dev)) == (54, 6) and task.dropped == {"train": 0, "dev": 0}
+    scores = {i: float(s) for i, s, _ in (line.split("\t") for line in (OWN / "scored.tsv").read_text().splitlines())}
+    assert all(e.label == scores[e.id] for e in train + dev)
+    f = task.featurize(dev, vocab, 16)
+    assert f["label"].dtype == np.float32 and f["label"].tolist() == pytest.approx([scores[e.id] for e in dev])
+    gold = np.array([scores[e.id] for e in dev])
+    result = task.evaluate(dev, f, {"predictions": 2 * gold + 1})  # a linear function of the scores
+    assert result["pearson"] == pytest.approx(1.0) and result["spearman"] == pytest.approx(1.0)
+    assert result["score"] == pytest.approx(1.0) and result["mse"] == pytest.approx(np.mean((gold + 1) ** 2))
+    (path,) = task.write_predictions(dev, f, {"predictions": gold}, tmp_path, "dev")
+    lines = path.read_text().splitlines()
+    assert lines[0] == "id\tprediction\tscore\ttext" and lines[1].split("\t")[0] == dev[0].id
+    assert float(lines[1].split("\t")[1]) == pytest.approx(scores[dev[0].id], abs=1e-4)
+    with pytest.raises(TaskDataError, match=r"labelled.tsv:1: target=score needs a scored file"):
+        SentimentTask(str(OWN / "labelled.tsv"), target="score").load("train")
+    with pytest.raises(ValueError, match="target='sign2'"):
+        SentimentTask(str(OWN / "scored.tsv"), target="sign2")
+
+
+def test_own_labelled_file():
+    """tests/fixtures/own_data/labelled.tsv: a header, then pos/neg<TAB>text."""
+    task = SentimentTask(str(OWN / "labelled.tsv"))
+    train, dev = task.load("train"), task.load("dev")
+    assert len(train) + len(dev) == 55 and {e.label for e in train} == {0, 1} and task.skipped["train"] == 0
