@@ -322,6 +322,17 @@ def layer_mean(x: jax.Array, axis: int | None) -> jax.Array:
     return jnp.mean(x, axis=tuple(a for a in range(x.ndim) if a != axis % x.ndim), keepdims=True)
 
 
+def stable_adam_direction(g: jax.Array, m_hat: jax.Array, v_hat: jax.Array, p: jax.Array | None, *, eps: float,
+                          decay: float, axis: int | None) -> jax.Array:
+    """One tensor's StableAdamW direction: ``(m_hat / (sqrt(v_hat) + eps) + decay * p) / max(1, r)``,
+    r the RMS of ``g^2 / max(v_hat, eps^2)`` per layer (``axis``, see `layer_mean`); no decay for ``p=None``."""
+    r = jnp.sqrt(layer_mean(jnp.square(g) / jnp.maximum(v_hat, eps**2), axis))  # [] or per layer
+    u = m_hat / (jnp.sqrt(v_hat) + eps)
+    if p is not None:
+        u = u + decay * p
+    return u / jnp.maximum(1.0, r)
+
+
 def scale_by_stable_adam(b1: float, b2: float, eps: float, decay: float = 0.0, mask=None, stacked: Any = None
                          ) -> optax.GradientTransformation:
     """StableAdamW's direction before the learning rate (see the module's docstring): per tensor,
@@ -345,16 +356,10 @@ def scale_by_stable_adam(b1: float, b2: float, eps: float, decay: float = 0.0, m
         c1, c2 = (-jnp.expm1(t * math.log(b)) if b > 0 else 1.0 for b in (b1, b2))
         decayed = mask(params) if mask is not None and decay else jax.tree.map(lambda _: False, grads)
         table = axes_by_path(stacked) if stacked is not None else {}
-
-        def one(path, g, m, v, p, d):
-            v_hat = v / c2
-            r = jnp.sqrt(layer_mean(jnp.square(g) / jnp.maximum(v_hat, eps**2), table.get(path_names(path))))
-            u = (m / c1) / (jnp.sqrt(v_hat) + eps)
-            if d:
-                u = u + decay * p
-            return u / jnp.maximum(1.0, r)
-
-        updates = jax.tree_util.tree_map_with_path(one, grads, mu, nu, grads if params is None else params, decayed)
+        updates = jax.tree_util.tree_map_with_path(
+            lambda path, g, m, v, p, d: stable_adam_direction(g, m / c1, v / c2, p if d else None, eps=eps, decay=decay,
+                                                              axis=table.get(path_names(path))),
+            grads, mu, nu, grads if params is None else params, decayed)
         return updates, optax.ScaleByAdamState(count=count, mu=mu, nu=nu)
 
     return optax.GradientTransformation(init_fn, update_fn)

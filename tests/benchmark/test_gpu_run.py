@@ -8,6 +8,7 @@ import pytest
 from tests.gpu import run as gpu_run
 
 
+@pytest.mark.slow  # ~20 s: the default step compiled and traced on the CPU
 def test_quick_run_writes_its_tables(tmp_path):
     out = tmp_path / "gpu"
     gpu_run.main(["--out", str(out), "--quick", "--stages", "profile_before", "--cache", str(tmp_path / "cache")])

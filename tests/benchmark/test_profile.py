@@ -93,6 +93,7 @@ def test_scopes_are_matched_whole_and_through_transforms():
     assert not profile.in_scope("jit(run)/dropout_free/add", "dropout")
 
 
+@pytest.mark.slow  # ~20 s: a compile, and a CPU trace (XLA's thunk events, which one loaded run lacked)
 def test_the_command_reduces_a_real_cpu_profile(tmp_path, capsys):
     where = tmp_path / "prof"
     step.main(["--size", "tiny", "--seq_len", "16", "--batch_size", "2", "--vocab_size", "256", "--steps", "1",
