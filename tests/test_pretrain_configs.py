@@ -1,0 +1,79 @@
+"""configs/pretrain.py resolves every argument combination to the values recorded in
+tests/fixtures/pretrain_configs.txt (one line a valid combination: its argument string and a digest of
+its config, with ``--config.num_train_steps`` overridden too, so values that follow it stay tied to
+it); every other combination is refused. A change of a recipe's value regenerates the record:
+
+    python -m tests.test_pretrain_configs
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from pathlib import Path
+
+from bert_jax.config_args import config_module
+
+RECORD = Path(__file__).parent / "fixtures" / "pretrain_configs.txt"
+# Each argument's default and its other values (sizes: every size name of every model, and tiny).
+GRID = {
+    "model": ("bert", "roberta", "albert", "electra", "modernbert"),
+    "size": ("", "tiny", "mini", "small", "medium", "base", "large", "xlarge", "xxlarge"),
+    "masking": ("", "static", "dynamic"),
+    "objective": ("", "none", "sop"),
+    "phase": (1, 2),
+    "runlocal": (False, True),
+    "scratch": (False, True),
+    "synthetic": (False, True),
+    "recipe": ("", "lamb"),
+    "per_device": (0, 4),
+}
+
+
+def argument(values: dict) -> str:
+    """``model=bert,phase=1,runlocal,...``: a bool as its bare name when true, defaults left out
+    (``model`` and ``phase`` always written)."""
+    parts = []
+    for key, value in values.items():
+        if value is True:
+            parts.append(key)
+        elif value not in (False, "", 0) or key in ("model", "phase"):
+            parts.append(f"{key}={value}")
+    return ",".join(parts)
+
+
+def digest(config) -> str:
+    """The config's values as JSON, then again with ``num_train_steps`` overridden (what follows it)."""
+    text = config.to_json(sort_keys=True)
+    config.num_train_steps = 1234
+    text += config.to_json(sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def resolved() -> dict[str, str]:
+    """Argument string → digest, for every combination of `GRID` that the config accepts."""
+    get_config = config_module("pretrain").get_config
+    out = {}
+    for combination in itertools.product(*GRID.values()):
+        arg = argument(dict(zip(GRID, combination, strict=True)))
+        try:
+            config = get_config(arg)
+        except ValueError:
+            continue
+        out[arg] = digest(config)
+    return out
+
+
+def test_every_argument_combination_resolves_as_recorded():
+    recorded = dict(line.split() for line in RECORD.read_text().splitlines())
+    now = resolved()
+    changed = sorted(a for a in recorded.keys() & now.keys() if recorded[a] != now[a])
+    assert not changed, f"{len(changed)} combinations changed their values, e.g. {changed[:5]}"
+    assert sorted(recorded.keys() - now.keys()) == [], "combinations now refused"
+    assert sorted(now.keys() - recorded.keys()) == [], "combinations now accepted"
+
+
+if __name__ == "__main__":
+    RECORD.write_text("".join(f"{a} {d}\n" for a, d in resolved().items()))
+    print(f"wrote {RECORD}")
