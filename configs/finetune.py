@@ -13,7 +13,7 @@ import ml_collections
 
 from bert_jax.config_args import parse_arg
 from bert_jax.training.distributed import default_config as distributed_config
-from bert_jax.training.sharding import DEFAULT_RULES
+from bert_jax.training.sharding_rules import DEFAULT_RULES
 
 
 def get_config(arg=None):

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import json
+import subprocess
+import sys
 from pathlib import Path
 
 from bert_jax.config_args import config_module
@@ -72,6 +73,28 @@ def test_every_argument_combination_resolves_as_recorded():
     assert not changed, f"{len(changed)} combinations changed their values, e.g. {changed[:5]}"
     assert sorted(recorded.keys() - now.keys()) == [], "combinations now refused"
     assert sorted(now.keys() - recorded.keys()) == [], "combinations now accepted"
+
+
+def test_size_names_are_the_model_tables():
+    """The config names sizes without importing the model (JAX): its names are the size tables'."""
+    from bert_jax.model.config import FAMILY_SIZES, SIZES
+
+    names = config_module("pretrain").SIZE_NAMES
+    assert names["bert"] == names["roberta"] == tuple(SIZES)
+    family = {f"{model}-{size}" for model in ("albert", "electra", "modernbert") for size in names[model]}
+    assert family <= set(FAMILY_SIZES), family - set(FAMILY_SIZES)
+
+
+def test_configs_import_no_jax():
+    """Every job config builds without importing JAX (big_vision's configs: plain data)."""
+    code = ("import sys\nfrom bert_jax.config_args import load_config_file\n"
+            "for name, arg in [('pretrain', 'model=electra,runlocal'), ('pretrain', 'recipe=lamb'),"
+            " ('glue', 'task=mrpc'), ('squad', None), ('ner', None), ('sentiment', None), ('finetune', None)]:\n"
+            "    load_config_file(name, arg)\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('jax', 'flax', 'optax')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).parents[1])
+    assert out.stdout.strip() == "[]", out.stdout
 
 
 if __name__ == "__main__":

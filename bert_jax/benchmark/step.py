@@ -33,7 +33,6 @@ import numpy as np
 from bert_jax.benchmark import peers, profile, trainer_steps
 from bert_jax.benchmark.flops import device_peak, model_flops
 from bert_jax.config_args import config_module, load_config_file
-from bert_jax.model.config import SIZES
 from bert_jax.resolve import resolve, resolve_per_device_batch
 from bert_jax.training import sharding as sh
 from input_pipeline import command_line as cli
@@ -292,7 +291,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = cli.ArgumentParser(prog="python -m bert_jax.benchmark", description=__doc__.split("\n\n")[1],
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     recipes = config_module("pretrain")
-    models = {m: tuple(recipes.FAMILY_SIZE_NAMES.get(m, SIZES)) for m in recipes.MODELS}
+    models = dict(recipes.SIZE_NAMES)
     add = p.add_argument
     add("--model", default="bert", choices=tuple(models), help="the recipe in configs/pretrain.py")
     add("--size", default=None, help="; ".join(f"{m}: {' | '.join(s)}" for m, s in models.items())

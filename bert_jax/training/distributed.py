@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ipaddress
 
-import jax
 import ml_collections
 
 LOOPBACK_NAMES = ("localhost",)
@@ -45,6 +44,8 @@ def initialize(config) -> None:
     """``jax.distributed.initialize`` from ``config.distributed`` when ``config.multihost``; must
     run before anything starts JAX's backend. A second job in the same processes (fine-tuning after
     pre-training, a resumed run in a test) keeps the first initialisation."""
+    import jax  # here, not at the top: the job configs import this module's `default_config`, JAX-free
+
     if not config.multihost or jax.distributed.is_initialized():
         return
     d = config.distributed

@@ -1,9 +1,10 @@
 """Logical axis names → mesh shardings.
 
 The rules that map the model's logical axis names (`bert_jax.model.axes`) to the mesh axes
-('data', 'fsdp', 'tensor') live in the job config (``config.sharding_rules``; `DEFAULT_RULES` is the
-default both pre-training and fine-tuning configs use); this module turns them into
-``NamedSharding``s for the parameters, the optimizer state and the batches.
+('data', 'fsdp', 'tensor') live in the job config (``config.sharding_rules``;
+`bert_jax.training.sharding_rules.DEFAULT_RULES` is the default both pre-training and fine-tuning
+configs use); this module turns them into ``NamedSharding``s for the parameters, the optimizer state
+and the batches, and builds a config's mesh (`config_mesh`).
 """
 
 from __future__ import annotations
@@ -18,24 +19,7 @@ from flax import nnx
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from bert_jax.model.axes import BATCH
-
-# ---------------------------------------------------------------------------------------------
-# Mesh and rules. The rules (logical name → mesh axis or axes) come from the config, e.g.
-#   (("batch", ("data", "fsdp")), ("vocab", "tensor"), ("embed", "fsdp"), ("heads", "tensor"),
-#    ("mlp", "tensor"), ("kv", None), ("layers", None), ("length", None))
-# ---------------------------------------------------------------------------------------------
-
-MESH_AXES = ("data", "fsdp", "tensor")
-# The default rules of every job config: batch over data and fsdp, parameters fully sharded over
-# fsdp (FSDP/ZeRO-3) on their model axis and split over tensor on heads, mlp and vocab (Megatron);
-# activations split like the batch over data and fsdp (each device computes its own rows, with the
-# weights gathered per layer: FSDP, not tensor parallelism on the width), and over tensor on heads,
-# the feed-forward intermediate and the logits (bert_jax/model/activation_sharding.py).
-DEFAULT_RULES = (("batch", ("data", "fsdp")), ("vocab", "tensor"), ("embed", "fsdp"), ("heads", "tensor"),
-                 ("kv", None), ("mlp", "tensor"), ("layers", None), ("length", None),
-                 ("activation_batch", ("data", "fsdp")), ("activation_length", None), ("activation_embed", None),
-                 ("activation_heads", "tensor"), ("activation_kv", None), ("activation_mlp", "tensor"),
-                 ("activation_vocab", "tensor"))
+from bert_jax.training.sharding_rules import MESH_AXES
 
 
 def make_mesh(shape: Sequence[int], devices: Sequence[jax.Device] | None = None) -> Mesh:
@@ -58,6 +42,11 @@ def make_mesh(shape: Sequence[int], devices: Sequence[jax.Device] | None = None)
         raise ValueError(f"mesh shape {tuple(shape)} needs {math.prod(shape)} devices, found {len(devices)}")
     return jax.make_mesh(tuple(shape), MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES),
                          devices=devices)
+
+
+def config_mesh(config, devices: Sequence[jax.Device] | None = None) -> Mesh:
+    """The mesh of ``config.mesh_shape`` (`make_mesh`) over ``devices`` (default: all)."""
+    return make_mesh(tuple(config.mesh_shape), devices)
 
 
 def logical_to_mesh(names: Sequence[str | None], shape: Sequence[int], mesh: Mesh,

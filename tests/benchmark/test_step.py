@@ -11,7 +11,7 @@ import pytest
 from bert_jax.benchmark import peers, step, trainer_steps
 from bert_jax.benchmark.flops import dense_mlm_flops, pretraining_flops
 from bert_jax.config_args import config_module
-from bert_jax.model.config import SIZES, BertConfig, count_params
+from bert_jax.model.config import BertConfig, count_params
 from input_pipeline.command_line import UserError
 
 # Less LLVM optimisation: the step compiles in about half the time (its speed does not matter here).
@@ -162,7 +162,7 @@ def test_model_picks_the_recipe_sizes_and_vocabulary(capsys):
         assert (a.size, a.vocab_size) == (size, vocab), model
     assert step.parse_args(["--model", "roberta", "--size", "tiny", "--vocab_size", "99"]).vocab_size == 99
     assert step.parse_args(["--seq_len", "512"]).max_predictions == 80
-    sizes = {m: recipes.FAMILY_SIZE_NAMES.get(m, tuple(SIZES)) for m in recipes.MODELS}
+    sizes = dict(recipes.SIZE_NAMES)
     for model, names in sizes.items():
         step.parse_args(["--model", model, "--size", names[-1]])
     for argv, message in [(["--model", "albert", "--size", "tiny"],

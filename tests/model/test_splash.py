@@ -238,7 +238,8 @@ def test_splash_runs_per_shard_on_a_mesh():
     from bert_jax.model.activation_sharding import rules_in_effect
     from bert_jax.model.config import BertConfig
     from bert_jax.model.encoder import BertEncoder
-    from bert_jax.training.sharding import DEFAULT_RULES, make_mesh
+    from bert_jax.training.sharding import make_mesh
+    from bert_jax.training.sharding_rules import DEFAULT_RULES
 
     mesh = make_mesh((4, 1, 2))
     cfg = BertConfig.from_size("modernbert-tiny", vocab_size=97, num_layers=2, local_window=32, global_every=2)

@@ -11,12 +11,13 @@ from bert_jax.model import activation_sharding as act
 from bert_jax.resolve import resolve
 from bert_jax.training import pretraining
 from bert_jax.training import sharding as sh
+from bert_jax.training.sharding_rules import DEFAULT_RULES
 from input_pipeline.pretraining.batch import shapes as batch_shapes
 
 
 def test_spec_leaves_what_has_no_rule_to_the_compiler():
     mesh = sh.make_mesh((2, 2, 2))
-    rules = dict(sh.DEFAULT_RULES)
+    rules = dict(DEFAULT_RULES)
     names = ("activation_batch", "activation_length", "activation_embed")
     assert act.spec(names, (8, 16, 32), mesh, rules) == P(("data", "fsdp"), None, None)
     assert act.spec(("activation_batch", None, "activation_mlp"), (8, 16, 64), mesh, rules) == \
@@ -31,7 +32,7 @@ def test_without_rules_in_effect_nothing_is_constrained():
     assert act.constrain(x, "activation_batch", "activation_embed") is x
     with act.rules_in_effect(sh.make_mesh((8, 1, 1)), ()):  # rules that name no activation
         assert act.constrain(x, "activation_batch", "activation_embed") is x
-    with act.rules_in_effect(sh.make_mesh((8, 1, 1)), sh.DEFAULT_RULES), pytest.raises(ValueError, match="3 axis"):
+    with act.rules_in_effect(sh.make_mesh((8, 1, 1)), DEFAULT_RULES), pytest.raises(ValueError, match="3 axis"):
         act.constrain(x, "activation_batch", "activation_length", "activation_embed")
 
 

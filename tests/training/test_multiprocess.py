@@ -193,10 +193,11 @@ def test_mesh_that_gives_a_process_other_rows_is_refused(monkeypatch):
     import jax
 
     from bert_jax.training import sharding as sh
+    from bert_jax.training.sharding_rules import DEFAULT_RULES
 
     mesh = sh.make_mesh((1, 1, 8))
     monkeypatch.setattr(jax, "process_count", lambda: 2)
     with pytest.raises(ValueError, match=r"devices hold 16 batch rows from 0 of 16, not one block of 8 rows"):
-        sh.process_block(mesh, sh.DEFAULT_RULES, 16)
+        sh.process_block(mesh, DEFAULT_RULES, 16)
     with pytest.raises(ValueError, match="batch_size 15 is not divisible by 2 processes"):
-        sh.process_block(mesh, sh.DEFAULT_RULES, 15)
+        sh.process_block(mesh, DEFAULT_RULES, 15)
