@@ -26,7 +26,14 @@ import tensorflow_text as tf_text
 from sentencepiece import SentencePieceProcessor
 
 from input_pipeline.tokenizers.sentencepiece_proto import PIECE_TYPES, model_proto_class
-from input_pipeline.tokenizers.vocab import SPECIAL_TOKENS, VocabError, bert_pair, flags_of, load_vocab, tokens_of
+from input_pipeline.tokenizers.vocab import (
+    SPECIAL_TOKENS,
+    BertPairEncoding,
+    VocabError,
+    flags_of,
+    load_vocab,
+    tokens_of,
+)
 
 __all__ = ["SentencePieceTokenizer", "WORD_START"]
 
@@ -53,7 +60,7 @@ def _load_model(path: Path) -> tuple[bytes, object]:
     return data, proto
 
 
-class SentencePieceTokenizer:
+class SentencePieceTokenizer(BertPairEncoding):
     """BERT tokenizer over a SentencePiece model; ``tokenize`` is pure TF (graph-safe).
 
     ``vocab_file`` (optional): a BERT-style vocab.txt written beside the model (build_vocab does);
@@ -135,12 +142,6 @@ class SentencePieceTokenizer:
     def is_continuation(self, ids: tf.Tensor) -> tf.Tensor:
         """True where the piece does not start with ``▁`` (continues a word); specials are False."""
         return flags_of(self._continuation, ids)
-
-    def encode(self, text: str, text_b: str | None = None) -> tuple[list[int], list[int]]:
-        """Eager: ``[CLS] a [SEP]`` (``b [SEP]``) ids and segment ids (0 for a, 1 for b); no truncation."""
-        texts = [text] if text_b is None else [text, text_b]
-        rows = self.tokenize(tf.constant(texts)).to_list()
-        return bert_pair(self.cls_id, self.sep_id, rows[0], rows[1] if text_b is not None else None)
 
     def id_to_token(self, ids) -> list[str]:
         """Pieces for ids (int, list, numpy array, tf tensor or ragged tensor), flattened."""

@@ -1,5 +1,5 @@
 """Reading WordPiece vocabulary files (BERT's vocab.txt: one token per line, id = line number - 1),
-and what every tokenizer does alike with ids (`tokens_of`, `flags_of`, `bert_pair`).
+and what every tokenizer does alike with ids (`tokens_of`, `flags_of`, `BertPairEncoding`).
 
 Strict where Hugging Face's reader is silent: a missing, non-UTF-8, empty file, a blank line or a
 duplicate token is a one-line `VocabError` naming the file (and line). The only leniencies are a
@@ -97,12 +97,18 @@ def flags_of(table, ids):
     return tf.gather(table, tf.convert_to_tensor(ids))
 
 
-def bert_pair(cls_id: int, sep_id: int, a: list[int], b: list[int] | None = None) -> tuple[list[int], list[int]]:
-    """``[CLS] a [SEP]`` (``b [SEP]``) ids and their segment ids (0 for a, 1 for b): the encoding of
-    BERT-style tokenizers (WordPiece, SentencePiece)."""
-    ids = [cls_id, *a, sep_id]
-    segments = [0] * len(ids)
-    if b is not None:
-        ids += [*b, sep_id]
-        segments += [1] * (len(b) + 1)
-    return ids, segments
+class BertPairEncoding:
+    """``encode`` for the BERT-style tokenizers (WordPiece, SentencePiece): an in-graph ``tokenize``
+    and the ``cls_id`` / ``sep_id`` of their vocabulary."""
+
+    def encode(self, text: str, text_b: str | None = None) -> tuple[list[int], list[int]]:
+        """Eager: ``[CLS] a [SEP]`` (``b [SEP]``) ids and segment ids (0 for a, 1 for b); no truncation."""
+        import tensorflow as tf
+
+        rows = self.tokenize(tf.constant([text] if text_b is None else [text, text_b])).to_list()
+        ids = [self.cls_id, *rows[0], self.sep_id]
+        segments = [0] * len(ids)
+        if text_b is not None:
+            ids += [*rows[1], self.sep_id]
+            segments += [1] * (len(rows[1]) + 1)
+        return ids, segments

@@ -35,8 +35,8 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from input_pipeline.tokenizers.vocab import (
+    BertPairEncoding,
     VocabError,
-    bert_pair,
     flags_of,
     infer_lower_case,
     special_token_ids,
@@ -119,7 +119,7 @@ def _lowercase_patch() -> dict[int, int]:
             if got.decode("utf-8") != chr(c).lower() and len(chr(c).lower()) == 1}
 
 
-class WordPieceTokenizer:
+class WordPieceTokenizer(BertPairEncoding):
     """BERT WordPiece tokenizer over a vocab.txt; ``tokenize`` is pure TF (graph-safe)."""
 
     pair_separators = 1  # a pair is [CLS] a [SEP] b [SEP]: one [SEP] between a and b
@@ -215,12 +215,6 @@ class WordPieceTokenizer:
     def is_continuation(self, ids: tf.Tensor) -> tf.Tensor:
         """True where the id is a ``##`` piece (continues the previous word); same shape as ids."""
         return flags_of(self._continuation, ids)
-
-    def encode(self, text: str, text_b: str | None = None) -> tuple[list[int], list[int]]:
-        """Eager: ``[CLS] a [SEP]`` (``b [SEP]``) ids and segment ids (0 for a, 1 for b); no truncation."""
-        texts = [text] if text_b is None else [text, text_b]
-        rows = self.tokenize(tf.constant(texts)).to_list()
-        return bert_pair(self.cls_id, self.sep_id, rows[0], rows[1] if text_b is not None else None)
 
     def id_to_token(self, ids) -> list[str]:
         """Tokens for ids (int, list, numpy array, tf tensor or ragged tensor), flattened."""
