@@ -100,3 +100,9 @@ def check_command_line(argv: list[str]) -> None:
              if a == "--config" or a.startswith("--config=")]
     if specs:
         check_overrides(load_config_spec(specs[-1]), argv)
+
+
+def is_finetuning(config) -> bool:
+    """Whether a job config (a ConfigDict, or the dict of a workdir's config.json) fine-tunes: it has a
+    ``task`` section (configs/finetune.py and the task configs built on it); any other pre-trains."""
+    return "task" in config

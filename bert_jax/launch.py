@@ -1,12 +1,13 @@
 """``run(config, workdir)``: the one entry point of jobs (tests and the demo call it): a config with
 a ``task`` section fine-tunes (`bert_jax.finetuning.task`), any other pre-trains
-(`bert_jax.training.pretraining`), both in the one trainer (`bert_jax.training.trainer`); ``main``
+(`bert_jax.pretraining.task`), both in the one trainer (`bert_jax.training.trainer`); ``main``
 is what ``python train.py`` runs around it, ``dry_run`` its ``--dry_run`` (`bert_jax.plan`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from bert_jax.config_args import is_finetuning
 from input_pipeline import command_line as cli
 
 
@@ -16,10 +17,10 @@ def run(config, workdir: str | Path, preemption=None) -> dict:
     from bert_jax.training.checkpoints import require_storage_access
 
     require_storage_access(workdir)  # gs:// without network or credentials: one line, not a traceback
-    if "task" in config:
+    if is_finetuning(config):
         from bert_jax.finetuning.task import FineTuning as Task
     else:
-        from bert_jax.training.pretraining import PreTraining as Task  # type: ignore[assignment]
+        from bert_jax.pretraining.task import PreTraining as Task  # type: ignore[assignment]
     return trainer.run(config, workdir, Task, preemption)
 
 

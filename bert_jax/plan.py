@@ -23,6 +23,7 @@ import math
 
 import jax
 
+from bert_jax.config_args import is_finetuning
 from bert_jax.training.checkpoints import as_path
 
 BYTES_PER_FLOAT = 4  # parameters and Adam's two moments are float32 whatever the compute dtype
@@ -37,7 +38,7 @@ def dry_run(config, workdir, hosts: int | None = None) -> str:
     check_counts(config)
     if hosts is not None and (not config.multihost or hosts < 1):
         raise ValueError(f"--hosts {hosts}: expected a number of hosts >= 1, for a job with --config.multihost=True")
-    mesh = sh.make_mesh(tuple(config.mesh_shape))
+    mesh = sh.config_mesh(config)
     c = resolved(config, mesh)
     where = f"resolved for {jax.default_backend()}, {jax.device_count()} device(s)"
     if c.multihost:
@@ -46,7 +47,7 @@ def dry_run(config, workdir, hosts: int | None = None) -> str:
     if c.multihost and not hosts:
         warnings.append("multihost: the batch and shard files per host are not checked; add --hosts N (the pod's "
                         "number of hosts, e.g. 4 for a v4-32)")
-    if "task" in c:
+    if is_finetuning(c):
         lines += _finetuning(c)
     else:
         lines += _pretraining(c, workdir, mesh, hosts or 1, warnings)
@@ -54,19 +55,16 @@ def dry_run(config, workdir, hosts: int | None = None) -> str:
 
 
 def _pretraining(c, workdir, mesh, hosts: int, warnings: list[str]) -> list[str]:
-    from bert_jax.resolve import described_model
+    from bert_jax.pretraining.evaluation import eval_source
+    from bert_jax.pretraining.task import checked_model_config
     from bert_jax.training import sharding as sh
-    from bert_jax.training.pretraining import accumulation_steps, check_start, eval_source, vocab_size_of
+    from bert_jax.training.sharding_rules import config_rules
+    from bert_jax.training.steps import accumulation_steps
     from input_pipeline.pretraining.dataset import eval_repeats, shards_summary
 
-    check_start(c)
     d = c.data
-    vocab_size = vocab_size_of(c)
-    model = described_model(c.model, vocab_size=vocab_size)
-    if d.max_seq_length > model.max_length:
-        raise ValueError(f"--config.data.max_seq_length={d.max_seq_length}: expected at most {model.max_length} "
-                         "(the model's max_position_embeddings)")
-    rules = tuple(tuple(r) for r in c.sharding_rules)
+    model = checked_model_config(c)  # what the job checks first: the start, the vocabulary, the length
+    rules = config_rules(c)
     accumulation = accumulation_steps(c, mesh, rules)
     total, batch, length = c.num_train_steps, c.batch_size, d.max_seq_length
     if batch % hosts:
@@ -100,7 +98,7 @@ def _pretraining(c, workdir, mesh, hosts: int, warnings: list[str]) -> list[str]
                      f"tokens padded ({batch * length:,} a step){real}")
     lines = [
         f"model: {c.model.size} ({model.num_layers} layers x {model.hidden_size}, {params / 1e6:.1f}M parameters, "
-        f"vocabulary {vocab_size:,}, compute {model.dtype}), objective {c.objective}"
+        f"vocabulary {model.vocab_size:,}, compute {model.dtype}), objective {c.objective}"
         + (f"; rotary base {model.rope_theta:,.0f} in global layers, {model.local_rope_theta:,.0f} in local ones"
            if model.rotary else ""),
         f"data: {train}; length {length}, {d.max_predictions_per_seq} predictions per row, {d.masking} masking"
@@ -204,16 +202,16 @@ def _start(c, workdir, model, mesh, warnings: list[str]) -> tuple[int | None, st
 
 def _layout(c, model, mesh):
     """The pre-training state's layout (shapes and shardings; nothing allocated or compiled)."""
-    from bert_jax.training.pretraining import build_steps
+    from bert_jax.pretraining.objective import jit_pretraining_steps
 
-    return build_steps(c, model, mesh).layout
+    return jit_pretraining_steps(c, model, mesh).layout
 
 
 def _check_init_checkpoint(c, model, mesh, step: int) -> None:
-    """``init_checkpoint``'s arrays against this model's, per ``init_mode``, as `initial_state`'s
+    """``init_checkpoint``'s arrays against this model's, per ``init_mode``, as `start_state`'s
     restore checks them before reading any (from the checkpoint's metadata)."""
+    from bert_jax.pretraining.start import ENCODER
     from bert_jax.training.checkpoints import Checkpointer
-    from bert_jax.training.pretraining import ENCODER
 
     target = _layout(c, model, mesh).target()
     source = Checkpointer(c.init_checkpoint, async_save=False)
@@ -281,7 +279,7 @@ def _parameter_count(model, c) -> int:
     """The pre-training model's parameters (ELECTRA: generator and discriminator), allocating nothing."""
     from flax import nnx
 
-    from bert_jax.training.pretraining import electra_settings, pretraining_model
+    from bert_jax.pretraining.objective import electra_settings, pretraining_model
 
     abstract = nnx.eval_shape(lambda: pretraining_model(model, c.objective, electra_settings(c))(0))
     return sum(math.prod(x.shape) for x in jax.tree.leaves(nnx.state(abstract, nnx.Param)))
@@ -307,19 +305,19 @@ def _finetuning(c) -> list[str]:
     from bert_jax.finetuning.task import FineTuning
 
     job = FineTuning(c, True)  # reads the files, opens the init checkpoint (weights load at the start)
-    skipped, dropped = getattr(job.task, "skipped", {}), getattr(job.task, "dropped", {})
+    skipped, dropped = getattr(job.spec, "skipped", {}), getattr(job.spec, "dropped", {})
     for split, d in job.data.items():
         lines.append(f"data: {split} {len(d['examples']):,} examples -> {len(d['features']['input_ids']):,} features "
                      f"(length {c.max_seq_length})"
                      + (f", {skipped[split]:,} malformed lines skipped" if skipped.get(split) else "")
                      + (f", {dropped[split]:,} scored 0 dropped (no label)" if dropped.get(split) else ""))
     if c.init_checkpoint:
-        lines.append(f"encoder: {c.init_checkpoint} ({job.model.num_layers} layers x {job.model.hidden_size}; "
-                     "task heads fresh)")
+        lines.append(f"encoder: {c.init_checkpoint} ({job.model_config.num_layers} layers x "
+                     f"{job.model_config.hidden_size}; task heads fresh)")
     else:
-        lines.append(f"encoder: random initialisation ({job.model.num_layers} layers x {job.model.hidden_size}; "
-                     "init_checkpoint is empty)")
-    n, total, o = len(job.train["input_ids"]), job.total, c.optimizer
+        lines.append(f"encoder: random initialisation ({job.model_config.num_layers} layers x "
+                     f"{job.model_config.hidden_size}; init_checkpoint is empty)")
+    n, total, o = len(job.train["input_ids"]), job.num_train_steps, c.optimizer
     how = (f"num_train_steps={c.num_train_steps:,}" if c.num_train_steps else
            f"{c.num_train_epochs:g} epochs x {n:,} training features / batch {c.batch_size}, rounded up")
     seeds = f", for each of {c.seeds} seeds" if c.seeds > 1 else ""
@@ -329,7 +327,7 @@ def _finetuning(c) -> list[str]:
                  f"({o.warmup_fraction:.0%}), schedule {o.schedule} to 0 at step {total:,}, weight decay "
                  f"{o.weight_decay:g}, clip {o.clip_norm:g}")
     every = f"every {c.eval_every:,} steps and " if c.eval_every else ""
-    lines.append(f"evaluation: {', '.join(job.task.eval_splits)} {every}at the end"
+    lines.append(f"evaluation: {', '.join(job.spec.eval_splits)} {every}at the end"
                  + (f"; predictions for {', '.join(c.predict_splits)}" if c.predict_splits else ""))
     return lines
 

@@ -71,7 +71,8 @@ def main(argv=None) -> None:
 
     from bert_jax import launch
     from bert_jax.config_args import load_config_file
-    from bert_jax.training import pretraining
+    from bert_jax.pretraining import task as pretraining_task
+    from bert_jax.pretraining.start import start_state
 
     config = load_config_file("pretrain", "model=electra,runlocal,scratch")
     config.electra.tie_embeddings = False
@@ -99,7 +100,7 @@ def main(argv=None) -> None:
         launch.run(config, args.workdir)
         return
     log_q = log_frequencies(config)
-    fresh = pretraining.initial_state
+    fresh = start_state
 
     def start(cfg, layout):
         state = fresh(cfg, layout)
@@ -108,7 +109,7 @@ def main(argv=None) -> None:
         flat["mlm/output_bias"] = jax.device_put(np.asarray(log_q[: bias.shape[0]], bias.dtype), bias.sharding)
         return dataclasses.replace(state, params=traverse_util.unflatten_dict(flat, sep="/"))
 
-    pretraining.initial_state = start  # this measurement only: the trainer's own start otherwise
+    pretraining_task.start_state = start  # this measurement only: the trainer's own start otherwise
     launch.run(config, args.workdir)
 
 

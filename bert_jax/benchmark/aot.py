@@ -40,12 +40,13 @@ from ml_collections import config_flags
 
 from bert_jax.benchmark import trainer_steps
 from bert_jax.benchmark.flops import model_flops
-from bert_jax.config_args import check_command_line
+from bert_jax.config_args import check_command_line, is_finetuning
 from bert_jax.model.config import BertConfig
 from bert_jax.model.dropout import Dropout
 from bert_jax.model.layers import TransformerBlock, explicit_attention
 from bert_jax.resolve import resolve
 from bert_jax.training import sharding as sh
+from bert_jax.training.sharding_rules import config_rules
 from input_pipeline import command_line as cli
 
 
@@ -165,10 +166,10 @@ def compile_step(config, devices, batch_size: int, compile: bool = True) -> dict
     device and the compiler's cost (``compile=False``: only what needs no compile), the model FLOPs."""
     config = config.copy_and_resolve_references()
     config.batch_size = batch_size
-    pretraining = "task" not in config
+    pretraining = not is_finetuning(config)
     if pretraining and config.unpad_multiple:
         raise ValueError("the AOT tool compiles padded batches (packed ones too): set --config.unpad_multiple=0")
-    mesh = sh.make_mesh(tuple(config.mesh_shape), devices)
+    mesh = sh.config_mesh(config, devices)
     steps, cfg, shapes = trainer_steps.build(config, mesh)
     length = config.data.max_seq_length if pretraining else config.max_seq_length
     fraction = config.electra.generator_fraction if "electra" in config else None
@@ -216,7 +217,7 @@ def roofline(c: dict, chip: Chip, compiler_s: float | None = None) -> dict:
 
 def update_cost(config, devices) -> dict:
     """The compiler's cost of the optimizer update alone (sharded as in the step)."""
-    steps = trainer_steps.build(with_model(config), sh.make_mesh(tuple(config.mesh_shape), devices))[0]
+    steps = trainer_steps.build(with_model(config), sh.config_mesh(config, devices))[0]
     layout, target = steps.layout, steps.layout.target()
     fn = jax.jit(trainer_steps.update_fn(steps), in_shardings=(layout.shardings, layout.shardings.params),
                  donate_argnums=0)
@@ -403,7 +404,7 @@ def parse_args(argv=None):
 def main(argv=None) -> list[dict]:
     args, overrides = parse_args(argv)
     config = load_config(args.config, overrides) if "config" in args else None
-    if args.command == "estimate" and "task" in config:
+    if args.command == "estimate" and is_finetuning(config):
         raise ValueError(f"--config {args.config}: the estimate is for pre-training configs (configs/pretrain.py)")
     chip, name, devices = tpu_devices(args.topology)
     if args.command in ("attention", "layer"):
@@ -411,8 +412,7 @@ def main(argv=None) -> list[dict]:
     elif args.command == "estimate":
         results = [estimate(config, devices, chip, args.steps, memory=not args.no_memory)]
     elif args.find_max_batch:
-        shards = sh.batch_shards(sh.make_mesh(tuple(config.mesh_shape), devices),
-                                 tuple(tuple(r) for r in config.sharding_rules))
+        shards = sh.batch_shards(sh.config_mesh(config, devices), config_rules(config))
         hbm, found = chip.hbm_gib * 2**30 / chip.devices_per_chip, {}
 
         def mem(units: int) -> float:  # a step that does not compile (out of memory): infinite

@@ -35,6 +35,7 @@ from bert_jax.benchmark.flops import device_peak, model_flops
 from bert_jax.config_args import config_module, load_config_file
 from bert_jax.resolve import resolve, resolve_per_device_batch
 from bert_jax.training import sharding as sh
+from bert_jax.training.sharding_rules import config_rules
 from input_pipeline import command_line as cli
 from input_pipeline.pretraining.packing import PackedBatches
 from input_pipeline.pretraining.synthetic import SyntheticBatches
@@ -84,7 +85,7 @@ class Bench:
         config.data.update(max_seq_length=a.seq_len, max_predictions_per_seq=a.max_predictions)
         shape = tuple(int(x) for x in a.mesh.split(","))
         self.mesh = sh.make_mesh(shape, jax.devices() if -1 in shape else jax.devices()[: math.prod(shape)])
-        self.config, self.rules = config, tuple(tuple(r) for r in config.sharding_rules)
+        self.config, self.rules = config, config_rules(config)
         self.objective = config.objective
         self.generator_fraction = config.electra.generator_fraction if "electra" in config else None
         self._steps, self._host = {}, (None, [])  # batch size -> its Steps; (batch size, its host batches)

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import functools
 
+from bert_jax.config_args import is_finetuning
+
 
 def build(config, mesh):
     """(the trainer's `Steps`, its model's `BertConfig`, {key: (shape, dtype)} of a batch of
     ``config.batch_size``) for a resolved ``config`` on ``mesh``, as ``train.py`` builds them:
     pre-training's (configs/pretrain.py), or fine-tuning's for a config with a ``task``."""
     vocab, b = config.model.get("vocab_size") or 30522, config.batch_size
-    if "task" in config:
+    if is_finetuning(config):
         from bert_jax.finetuning import task as ft
         from input_pipeline.tasks import make_task
         from input_pipeline.tasks.base import feature_shapes
@@ -21,13 +23,14 @@ def build(config, mesh):
         task = make_task({**config.task.to_dict(), "source": config.task.get("source") or "tfds"})
         cfg = ft.model_config(config, None, vocab, task.kind)
         shapes = {**feature_shapes(task.kind, b, config.max_seq_length), "weight": ((b,), "float32")}
-        return ft.build_steps(config, cfg, task.kind, task.num_labels, 1000, mesh), cfg, shapes
-    from bert_jax.training import pretraining
+        return ft.jit_finetuning_steps(config, cfg, task.kind, task.num_labels, 1000, mesh), cfg, shapes
+    from bert_jax.pretraining.objective import jit_pretraining_steps
+    from bert_jax.resolve import described_model
     from input_pipeline.pretraining.batch import shapes
 
-    cfg, data = pretraining.model_config(config, vocab), config.data
-    return pretraining.build_steps(config, cfg, mesh), cfg, shapes(b, data.max_seq_length, data.max_predictions_per_seq,
-                                                                   data.pack_examples)
+    cfg, data = described_model(config.model, vocab_size=vocab), config.data
+    return jit_pretraining_steps(config, cfg, mesh), cfg, shapes(b, data.max_seq_length, data.max_predictions_per_seq,
+                                                                 data.pack_examples)
 
 
 def update_fn(steps):

@@ -47,6 +47,7 @@ from bert_jax.model.models import BertClassifier, BertForQuestionAnswering, Bert
 from bert_jax.resolve import described_model
 from bert_jax.training import sharding as sh
 from bert_jax.training import steps as steps_lib
+from bert_jax.training.sharding_rules import config_rules
 from bert_jax.training.steps import Steps, TrainState, accumulation_steps, jit_steps
 from input_pipeline.tasks.base import KINDS
 
@@ -103,7 +104,8 @@ def losses(out: dict, batch: dict, kind: str) -> dict[str, jax.Array]:
     return {"loss_sum": (ce * w).sum(), "count": w.sum()}
 
 
-def summarize(sums: dict) -> dict:
+def metrics_from_sums(sums: dict) -> dict:
+    """Sums (over micro-batches) → the mean loss and accuracy."""
     out = {"loss": sums["loss_sum"] / jnp.maximum(sums["count"], 1e-9)}
     if "correct" in sums:
         out["accuracy"] = sums["correct"] / jnp.maximum(sums["count"], 1e-9)
@@ -130,7 +132,7 @@ def train_step(state: TrainState, batch: dict, rng: jax.Array, *, graphdef, tx, 
     the same micro-batches as pre-training); dropout key = rng ⊕ step."""
     return steps_lib.train_step(state, batch, rng, graphdef=graphdef, tx=tx, schedule=schedule,
                                 loss=functools.partial(_loss, kind=kind),
-                                denominators=functools.partial(denominators, kind=kind), summarize=summarize,
+                                denominators=functools.partial(denominators, kind=kind), summarize=metrics_from_sums,
                                 accumulation_steps=accumulation_steps)
 
 
@@ -168,13 +170,13 @@ def train_batch(features: dict, step: int, batch_size: int, seed: int, length_mu
     return batch
 
 
-def build_steps(config, cfg: BertConfig, kind: str, num_labels: int, total: int, mesh: Mesh) -> Steps:
+def jit_finetuning_steps(config, cfg: BertConfig, kind: str, num_labels: int, total: int, mesh: Mesh) -> Steps:
     """The task model and the paper's optimizer for ``total`` steps (warmup a fraction of them)
     through the shared builder (`bert_jax.training.steps.jit_steps`): what the trainer runs, and
     what ahead-of-time compilation compiles."""
     opt = config.optimizer.to_dict()
     warmup = int(round(opt.pop("warmup_fraction") * total))
-    rules = tuple(tuple(r) for r in config.sharding_rules)
+    rules = config_rules(config)
     accumulation = accumulation_steps(config, mesh, rules)
     if accumulation > 1 and config.unpad_multiple:
         raise ValueError("config.unpad_multiple does not go with micro-batches: set per_device_batch=0 or "
@@ -219,42 +221,41 @@ class FineTuning:
         from input_pipeline.tokenizers.factory import load_tokenizer
 
         self.config, self.is_main = config, is_main
-        self.task = make_task(config.task)
-        self.name = self.task.name
+        self.spec = make_task(config.task)  # the task's files, features, labels and metric (input_pipeline.tasks)
+        self.name = self.spec.name
         self.warm = open_init_checkpoint(config.init_checkpoint) if config.init_checkpoint else None
         vocab = config.vocab or (self.warm.vocab_file if self.warm is not None else None)
         if not vocab:
             raise ValueError("no vocabulary: set --config.vocab=PATH (or an init_checkpoint that has one)")
         tokenizer = load_tokenizer(locate(vocab))
-        self.model = model_config(config, self.warm, tokenizer.vocab_size, self.task.kind)
-        if config.max_seq_length > self.model.max_length:
+        self.model_config = model_config(config, self.warm, tokenizer.vocab_size, self.spec.kind)
+        if config.max_seq_length > self.model_config.max_length:
             raise ValueError(f"--config.max_seq_length={config.max_seq_length}: expected at most "
-                             f"{self.model.max_length} (max_position_embeddings of "
+                             f"{self.model_config.max_length} (max_position_embeddings of "
                              f"{config.init_checkpoint or 'the model'})")
-        self.data = load_data(config, self.task, tokenizer)
+        self.data = load_data(config, self.spec, tokenizer)
         self.train = self.data["train"]["features"]
         n = len(self.train["input_ids"])
         if n < config.batch_size:
             raise ValueError(f"{self.name}: {n} training features, fewer than one batch of {config.batch_size}")
-        self.total = config.num_train_steps or math.ceil(config.num_train_epochs * n / config.batch_size)
-        self.mesh = sh.make_mesh(tuple(config.mesh_shape))
-        self.rules = tuple(tuple(r) for r in config.sharding_rules)
+        self.num_train_steps = config.num_train_steps or math.ceil(config.num_train_epochs * n / config.batch_size)
+        self.mesh, self.rules = sh.config_mesh(config), config_rules(config)
         self.seed = config.seed
         self.show_progress = config.progress
 
     def runs(self, workdir) -> list[tuple[int, object]]:
+        """One run a seed, each in ``workdir/seed_<seed>`` when there are several."""
         seeds = [self.config.seed + i for i in range(self.config.seeds)]
         return [(seed, workdir / f"seed_{seed}" if len(seeds) > 1 else workdir) for seed in seeds]
 
     def build_steps(self, seed: int) -> Steps:
+        """The task model's jitted steps (`jit_finetuning_steps`)."""
         if self.config.seeds > 1 and self.is_main:
             i = seed - self.config.seed
             print(f"--- {self.name}: seed {seed} ({i + 1}/{self.config.seeds}) ---", flush=True)
         self.seed = seed
-        return build_steps(self.config, self.model, self.task.kind, self.task.num_labels, self.total, self.mesh)
-
-    def total_steps(self) -> int:
-        return self.total
+        return jit_finetuning_steps(self.config, self.model_config, self.spec.kind, self.spec.num_labels,
+                                    self.num_train_steps, self.mesh)
 
     def initial_state(self, layout, seed: int) -> TrainState:
         """A new state whose encoder comes from the warm start (heads fresh), else from scratch."""
@@ -268,49 +269,52 @@ class FineTuning:
         """Batch s is a pure function of (seed, s): nothing to restore but the step."""
         c = self.config
         shards = sh.batch_shards(self.mesh, self.rules)
-        for step in range(start, self.total):
+        for step in range(start, self.num_train_steps):
             batch = train_batch(self.train, step, c.batch_size, seed, c.length_multiple, c.length_groups)
             yield sh.global_batch_from_host(lengths.unpadded(batch, c.unpad_multiple, shards), self.mesh, self.rules)
 
     def meta(self, step: int) -> dict:
-        return {"step": step, "seed": self.seed, "model": dataclasses.asdict(self.model)}
+        """The seed and the model, beside the state in each checkpoint."""
+        return {"step": step, "seed": self.seed, "model": dataclasses.asdict(self.model_config)}
 
     def evaluation_due(self, step: int, total: int) -> bool:
+        """Every ``eval_every`` steps (0: never) before the end (`finish` evaluates at the end)."""
         return bool(self.config.eval_every) and step % self.config.eval_every == 0 and step < total
 
     def evaluate(self, steps: Steps, state, step: int, writer, interrupted) -> bool:
-        fe.evaluate_splits(self.task, state.params, self.data, steps.eval_fn, self.config, self.mesh, self.rules,
+        """The eval splits' metrics at ``step``, written (no prediction files)."""
+        fe.evaluate_splits(self.spec, state.params, self.data, steps.eval_fn, self.config, self.mesh, self.rules,
                            writer, step, None)
         return True
 
     def logged(self, step: int, summary: dict, first: dict | None) -> None:
-        pass
+        """Nothing to watch after a logging window."""
 
     def finish(self, steps: Steps, state, step: int, train: dict, writer, workdir) -> dict:
         """The eval splits' metrics at the end, prediction files written."""
-        return fe.evaluate_splits(self.task, state.params, self.data, steps.eval_fn, self.config, self.mesh,
+        return fe.evaluate_splits(self.spec, state.params, self.data, steps.eval_fn, self.config, self.mesh,
                                   self.rules, writer, step, workdir / "predictions" if self.is_main else None)
 
-    def summarize(self, per_seed: list[dict], workdir) -> dict:
+    def summarize_runs(self, results: list[dict], workdir) -> dict:
         """``results.json``: every seed's scores and their median/mean/min/max."""
         from input_pipeline.tasks.glue_metrics import summarize_seeds
 
         summary = {}
-        if per_seed and per_seed[0]:
-            for split in per_seed[0]:
-                keys = [k for k in per_seed[0][split] if all(k in r.get(split, {}) for r in per_seed)]
-                summary[split] = {k: summarize_seeds([r[split][k] for r in per_seed]) for k in keys}
+        if results and results[0]:
+            for split in results[0]:
+                keys = [k for k in results[0][split] if all(k in r.get(split, {}) for r in results)]
+                summary[split] = {k: summarize_seeds([r[split][k] for r in results]) for k in keys}
         seeds = [s for s, _ in self.runs(workdir)]
-        results = {"task": self.name, "init_checkpoint": self.config.init_checkpoint or "scratch", "seeds": seeds,
-                   "per_seed": per_seed, "summary": summary}
+        report = {"task": self.name, "init_checkpoint": self.config.init_checkpoint or "scratch", "seeds": seeds,
+                  "per_seed": results, "summary": summary}
         if self.is_main:
-            (workdir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+            (workdir / "results.json").write_text(json.dumps(report, indent=2) + "\n")
             if len(seeds) > 1:
                 for split, metrics in summary.items():
                     for k, s in metrics.items():
                         print(f"{self.name} {split} {k}: median {s['median']:.4f} mean {s['mean']:.4f} "
                               f"min {s['min']:.4f} max {s['max']:.4f} (n={s['n']})", flush=True)
-        return results
+        return report
 
     def close(self) -> None:
-        pass
+        """Nothing held open: the features are in memory."""

@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 from flax import nnx, traverse_util
 
+from bert_jax.config_args import is_finetuning
 from bert_jax.interop import convert
 from bert_jax.interop.families import family
 from bert_jax.model.config import BertConfig
@@ -230,7 +231,7 @@ def _workdir_vocab(checkpoints):
     if found is None:
         return None
     config, _ = found
-    if "task" in config:
+    if is_finetuning(config):
         vocab = config.get("vocab") or (vocab_of(config["init_checkpoint"]) if config.get("init_checkpoint") else None)
     else:
         vocab = (config.get("data") or {}).get("vocab")

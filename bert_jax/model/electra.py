@@ -6,7 +6,7 @@ embedding tables (token, position, type: one set, ``bert/embeddings``) through i
 Masked positions are filled with samples from its softmax (Gumbel-max, no gradient through the
 sample), and the discriminator — the usual encoder at ``.bert``, what fine-tuning and feature
 extraction restore — labels every real token original or replaced. The losses live in
-`bert_jax.training.pretraining`: generator MLM + ``rtd_weight`` · discriminator BCE.
+`bert_jax.pretraining.objective`: generator MLM + ``rtd_weight`` · discriminator BCE.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class ElectraOutput(NamedTuple):
     rtd_logits: jax.Array  # [batch, length]: the discriminator's "replaced" logits
     rtd_labels: jax.Array  # [batch, length] float32: 1 where the corrupted token differs from the original
     nsp_logits: None = None  # no sentence-level objective
-    encoder: EncoderOutput | None = None  # the discriminator's (representation health: bert_jax/training/health.py)
+    encoder: EncoderOutput | None = None  # the discriminator's (representation health: bert_jax/pretraining/health.py)
 
 
 class ElectraDiscriminator(nnx.Module):

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from bert_jax.config_args import is_finetuning
 from bert_jax.finetuning import task as fs
 from bert_jax.finetuning.warm_start import open_init_checkpoint
 from bert_jax.interop.extract_features import truncate_pair
@@ -29,7 +30,7 @@ from bert_jax.model.config import BertConfig
 from bert_jax.model.encoder import BertEncoder
 from bert_jax.resolve import saved_model
 from bert_jax.serve import pooling
-from bert_jax.training.checkpoints import Checkpointer, restore_params
+from bert_jax.training.checkpoints import Checkpointer, load_into_model
 from input_pipeline.package_data import locate
 from input_pipeline.tokenizers.factory import load_tokenizer
 
@@ -157,7 +158,7 @@ def _finetuning_config(path: Path) -> dict | None:
         config = json.loads(f.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{f}: not valid JSON ({e})") from e
-    return config if isinstance(config, dict) and "task" in config else None
+    return config if isinstance(config, dict) and is_finetuning(config) else None
 
 
 def _check_length(max_seq_length: int, cfg: BertConfig) -> None:
@@ -186,7 +187,7 @@ def _load_finetuned(path: Path, config: dict, vocab: str | None, **kw) -> Engine
     if not vocab:
         raise ValueError(f"{path / 'config.json'}: names no vocabulary (vocab, init_checkpoint); pass --vocab")
     model = nnx.jit(lambda: fs.make_model(cfg, task.kind, task.num_labels, 0))()
-    restore_params(path, model, only=None)
+    load_into_model(path, model, only=None)
     names = tuple(getattr(task, "label_names", ())) if task.kind == "classification" else ()
     return Engine(model, cfg, load_tokenizer(locate(vocab)), source=str(path), kind=task.kind,
                   label_names=names, **kw)

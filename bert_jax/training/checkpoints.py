@@ -473,8 +473,8 @@ def read_params(path: str | Path) -> tuple[dict, epath.Path]:
     return {k[len("params/"):]: v for k, v in state.items() if k.startswith("params/")}, path
 
 
-def restore_params(path: str | Path, target: nnx.Module, *, only: str | None = "bert",
-                   allow_missing: tuple[str, ...] = ()) -> list[str]:
+def load_into_model(path: str | Path, target: nnx.Module, *, only: str | None = "bert",
+                    allow_missing: tuple[str, ...] = ()) -> list[str]:
     """Loads a pre-training checkpoint's parameters into a (differently-headed) model in place.
 
     ``only="bert"`` restores the encoder and leaves the heads as initialised (fine-tuning);

@@ -9,7 +9,7 @@ then created directly in its shards (`StateLayout.create`), or from given parame
 
 `jit_steps` does the rest the same way for every task: a task supplies the model (``make_model(seed)``),
 a pure ``train_step(state, batch, rng, *, graphdef, tx, schedule)`` and a pure ``eval_step(params,
-batch, *, graphdef)`` (`bert_jax.training.pretraining`, `bert_jax.finetuning.task`); this builds the
+batch, *, graphdef)`` (`bert_jax.pretraining.objective`, `bert_jax.finetuning.task`); this builds the
 optimizer (its per-layer trust ratios see the model's stacked axes) and the state's layout, and jits
 the two steps once with explicit in/out shardings and the state donated. The trainer, the benchmark
 and ahead-of-time compilation all run what it returns, so what they measure is what trains.

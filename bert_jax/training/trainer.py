@@ -19,9 +19,8 @@ workdir; fine-tuning: one a seed) is trained the same way:
    they agree on, `bert_jax.training.preemption`); an evaluation due at that step runs when the run
    resumes there.
 
-A task (`bert_jax.training.pretraining.PreTraining`, `bert_jax.finetuning.task.FineTuning`)
-supplies what differs: the model and its steps, where a run starts, its batches, what a checkpoint
-records beside the state, its evaluation and its results.
+A task supplies what differs (`bert_jax.training.task.Task`, the hooks it declares):
+`bert_jax.pretraining.task.PreTraining`, `bert_jax.finetuning.task.FineTuning`.
 """
 
 from __future__ import annotations
@@ -36,6 +35,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from bert_jax.config_args import is_finetuning
 from bert_jax.model.config import BertConfig
 from bert_jax.resolve import resolve
 from bert_jax.training import sharding as sh
@@ -44,6 +44,8 @@ from bert_jax.training.distributed import initialize
 from bert_jax.training.metric_writer import MetricWriter
 from bert_jax.training.preemption import Preemption
 from bert_jax.training.progress import Progress
+from bert_jax.training.sharding_rules import config_rules
+from bert_jax.training.task import Task
 from bert_jax.training.workdir_lock import WorkdirLock
 from input_pipeline import hide_accelerators_from_tf
 from input_pipeline.command_line import is_user_error
@@ -63,7 +65,7 @@ class TrainingDivergedError(RuntimeError):
     """The loss became NaN or Inf; the workdir keeps the last good checkpoint."""
 
 
-def run(config, workdir: str | Path, task_type, preemption: Preemption | None = None) -> dict:
+def run(config, workdir: str | Path, task_type: type[Task], preemption: Preemption | None = None) -> dict:
     """Runs ``task_type(config, is_main)`` in ``workdir``; returns its results (pre-training: the
     last logged train/eval metrics; fine-tuning: ``results.json``). ``preemption``: the caller's
     (``train.py`` installs it before anything else), else one for this job."""
@@ -83,7 +85,7 @@ def run(config, workdir: str | Path, task_type, preemption: Preemption | None = 
         task = task_type(config, is_main)  # reads the inputs: bad input stops here, nothing written
         try:
             for _, run_dir in task.runs(workdir):
-                refuse_another_model(run_dir, config.restore, task.model)
+                refuse_another_model(run_dir, config.restore, task.model_config)
             with WorkdirLock(workdir) if is_main else contextlib.nullcontext():
                 if is_main:
                     (workdir / CONFIG_JSON).write_text(config.to_json_best_effort(indent=2) + "\n")
@@ -92,7 +94,7 @@ def run(config, workdir: str | Path, task_type, preemption: Preemption | None = 
                     results.append(train(config, task, run_dir, seed, preemption, is_main))
                     if preemption.arrived():
                         return results[-1]
-                return task.summarize(results, workdir)
+                return task.summarize_runs(results, workdir)
         finally:
             task.close()
     except Exception as e:
@@ -104,15 +106,14 @@ def run(config, workdir: str | Path, task_type, preemption: Preemption | None = 
             preemption.close()
 
 
-def train(config, task, workdir, seed: int, preemption: Preemption, is_main: bool) -> dict:
+def train(config, task: Task, workdir, seed: int, preemption: Preemption, is_main: bool) -> dict:
     """One run of ``task`` in ``workdir`` (see the module docstring); returns the task's results."""
-    steps = task.build_steps(seed)
-    total = task.total_steps()
+    steps, total = task.build_steps(seed), task.num_train_steps
     ckpt = Checkpointer(workdir, keep=config.keep_checkpoints)
     writer = MetricWriter(workdir, enabled=is_main)
     progress = None
     try:
-        restored = restore(ckpt, steps.layout, config.restore, task.model)
+        restored = restore(ckpt, steps.layout, config.restore, task.model_config)
         state, meta = restored if restored is not None else (task.initial_state(steps.layout, seed), None)
         step = start = int(state.step)
         batches = task.inputs(steps, seed, start, meta, workdir)
@@ -202,8 +203,7 @@ def resolved(config, mesh=None):
     ``per_device_batch`` for the batch shards of ``mesh`` (default: the config's own mesh)."""
     shards = None
     if "per_device_batch" in config and config.per_device_batch == "auto":
-        mesh = sh.make_mesh(tuple(config.mesh_shape)) if mesh is None else mesh
-        shards = sh.batch_shards(mesh, tuple(tuple(r) for r in config.sharding_rules))
+        shards = sh.batch_shards(sh.config_mesh(config) if mesh is None else mesh, config_rules(config))
     return resolve(config, jax.default_backend(), batch_shards=shards)
 
 
@@ -281,12 +281,12 @@ def _has_checkpoints(path: Path) -> bool:
 
 def check_counts(config) -> None:
     """The counts every job needs to be positive (`COUNTS`), as a one-line ``ValueError`` naming the key."""
-    counts = {**COUNTS, "num_train_steps": 0 if "task" in config else 1}
+    counts = {**COUNTS, "num_train_steps": 0 if is_finetuning(config) else 1}
     for key, low in counts.items():
         section, _, name = key.rpartition(".")
         holder = config[section] if section in config else config if not section else {}
         value = holder[name] if name in holder else low
         if isinstance(value, bool) or not isinstance(value, int | float) or value < low:
             raise ValueError(f"--config.{key}={value!r}: expected a number >= {low}")
-    if "task" in config and not (config.num_train_steps or config.num_train_epochs):
+    if is_finetuning(config) and not (config.num_train_steps or config.num_train_epochs):
         raise ValueError("--config.num_train_steps=0 and --config.num_train_epochs=0: expected one of them > 0")

@@ -233,14 +233,14 @@ def test_ner_from_hf_checkpoint(conll, minilm_dir, tmp_path, load_config):
                                       ("squad", "version=2.0"), ("ner", "")])
 def test_configs_build_abstractly(name, arg, load_config):
     """Each fine-tuning config's model and optimizer state build with ShapeDtypeStructs only."""
-    from bert_jax.finetuning.task import build_steps
+    from bert_jax.finetuning.task import jit_finetuning_steps
     from input_pipeline.tasks import make_task
 
     c = load_config(name, arg)
     task = make_task({**c.task.to_dict(), "source": c.task.source or "tfds"})
     cfg = BertConfig.from_size(c.model.size)
     mesh = sh.make_mesh((1, 1, 1), jax.devices()[:1])
-    state = build_steps(c, cfg, task.kind, task.num_labels, 1000, mesh).layout.abstract  # what train_one builds
+    state = jit_finetuning_steps(c, cfg, task.kind, task.num_labels, 1000, mesh).layout.abstract  # what a run builds
     n = sum(x.size for x in jax.tree.leaves(state.params))
     assert n > (300e6 if c.model.size == "large" else 100e6)
 
@@ -255,7 +255,7 @@ def test_micro_batches_give_the_whole_batch_step(kind, load_config):
     """Fine-tuning's per_device_batch (the knob pre-training has): 4 micro-batches of 2 rows take the
     same optimizer step as the batch of 8 at once, each micro-batch's loss over the whole batch's
     count (tagging: its labelled tokens, spread unevenly over the rows)."""
-    from bert_jax.finetuning.task import build_steps
+    from bert_jax.finetuning.task import jit_finetuning_steps
     from bert_jax.resolve import resolve
 
     rng = np.random.default_rng(0)
@@ -275,7 +275,7 @@ def test_micro_batches_give_the_whole_batch_step(kind, load_config):
     after = {}
     for per_device in (0, 2):
         c.per_device_batch = per_device
-        steps = build_steps(resolve(c, "cpu", batch_shards=1), cfg, kind, 3, 10, mesh)
+        steps = jit_finetuning_steps(resolve(c, "cpu", batch_shards=1), cfg, kind, 3, 10, mesh)
         assert steps.accumulation_steps == (4 if per_device else 1)
         state, metrics = steps.train_fn(steps.layout.create(0), {k: jax.numpy.asarray(v) for k, v in batch.items()},
                                         jax.random.key(0))

@@ -10,7 +10,7 @@ import pytest
 
 from bert_jax.finetuning import evaluation as fe
 from bert_jax.finetuning import lengths
-from bert_jax.finetuning.task import build_steps, train_batch
+from bert_jax.finetuning.task import jit_finetuning_steps, train_batch
 from bert_jax.model.config import BertConfig
 from bert_jax.training import sharding as sh
 from input_pipeline.tasks.base import feature_shapes
@@ -41,7 +41,8 @@ def features(kind: str, n: int = 13, length: int = 32, seed: int = 0) -> dict:
 def make_steps(kind: str, load_config):
     config = load_config("glue", "task=sst2,runlocal")
     cfg = BertConfig.from_size("tiny", vocab_size=101, max_position_embeddings=32).deterministic()
-    return build_steps(config, cfg, kind, LABELS[kind], 10, sh.make_mesh((2, 1, 1), jax.devices()[:2]))  # 2 shards
+    mesh = sh.make_mesh((2, 1, 1), jax.devices()[:2])  # 2 shards
+    return jit_finetuning_steps(config, cfg, kind, LABELS[kind], 10, mesh)
 
 
 @pytest.mark.parametrize("kind", ["tagging", pytest.param("classification", marks=pytest.mark.slow),

@@ -26,7 +26,7 @@ The optimizer is bert-jax's ``adamw_bert`` (bert_jax/training/optim.py: Google's
     u <- u + wd * p                           only Linear/Embedding weights: not LayerNorm, not biases
     p <- p - lr(t) u,   lr(t) = lr * t / warmup (t < warmup), else lr * (1 - t / num_train_steps)
 
-The losses are bert-jax's (bert_jax/training/pretraining.py): masked-LM cross-entropy summed over the
+The losses are bert-jax's (bert_jax/pretraining/objective.py): masked-LM cross-entropy summed over the
 real prediction slots (``masked_lm_weights``) and divided by their count over the whole batch, plus
 NSP cross-entropy averaged over the examples; ELECTRA: generator masked-LM + ``rtd_weight`` x the
 discriminator's binary cross-entropy averaged over real tokens. Recorded per step, BEFORE the update

@@ -9,7 +9,7 @@ import pytest
 
 from bert_jax.model.config import BertConfig
 from bert_jax.model.encoder import packed_mask, packed_positions
-from bert_jax.training import pretraining as ts
+from bert_jax.pretraining import objective as ts
 from input_pipeline.pretraining.packing import pack_examples
 from input_pipeline.pretraining.synthetic import SyntheticBatches
 

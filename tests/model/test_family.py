@@ -16,7 +16,7 @@ from bert_jax.model.electra import ElectraForPreTraining, electra_generator_conf
 from bert_jax.model.encoder import BertEncoder
 from bert_jax.model.heads import ReplacedTokenHead
 from bert_jax.model.models import BertForPreTraining, create
-from bert_jax.training import pretraining as ts
+from bert_jax.pretraining import objective as ts
 
 TINY = dict(vocab_size=50, max_position_embeddings=24, hidden_dropout_prob=0.0, attention_dropout_prob=0.0)
 
@@ -229,7 +229,8 @@ def test_electra_loss_is_mlm_plus_weighted_bce_and_sampling_passes_no_gradient()
     @jax.jit
     def losses(params):  # the loss, its parts, and each part's gradient: one program
         loss, sums = ts._loss(params, graphdef, b, jax.random.key(3), False)
-        return loss, ts.summarize(sums), jax.grad(part("rtd_loss_sum"))(params), jax.grad(part("mlm_loss_sum"))(params)
+        return (loss, ts.metrics_from_sums(sums), jax.grad(part("rtd_loss_sum"))(params),
+                jax.grad(part("mlm_loss_sum"))(params))
 
     loss, s, rtd_grads, mlm_grads = losses(state.params)
     np.testing.assert_allclose(float(loss), float(s["mlm_loss"] + 50.0 * s["rtd_loss"]), rtol=1e-6)

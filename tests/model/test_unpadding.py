@@ -13,7 +13,7 @@ import pytest
 from bert_jax import launch
 from bert_jax.model.config import BertConfig
 from bert_jax.model.encoder import BertEncoder
-from bert_jax.training import pretraining as ts
+from bert_jax.pretraining import objective as ts
 from input_pipeline.pretraining.packing import pack_examples
 from input_pipeline.pretraining.synthetic import SyntheticBatches
 from input_pipeline.unpadding import token_index, with_token_index

@@ -8,8 +8,8 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from bert_jax.model import activation_sharding as act
-from bert_jax.resolve import resolve
-from bert_jax.training import pretraining
+from bert_jax.pretraining import objective
+from bert_jax.resolve import described_model, resolve
 from bert_jax.training import sharding as sh
 from bert_jax.training.sharding_rules import DEFAULT_RULES
 from input_pipeline.pretraining.batch import shapes as batch_shapes
@@ -51,7 +51,7 @@ def _temporaries(load_config, mesh_shape, arg="size=tiny", activation_rules=True
     if not activation_rules:
         c.sharding_rules = tuple(r for r in c.sharding_rules if not r[0].startswith("activation_"))
     c = resolve(c, "cpu", batch_shards=1)
-    steps = pretraining.build_steps(c, pretraining.model_config(c, 1000), sh.make_mesh(mesh_shape))
+    steps = objective.jit_pretraining_steps(c, described_model(c.model, vocab_size=1000), sh.make_mesh(mesh_shape))
     shapes = batch_shapes(c.batch_size, c.data.max_seq_length, c.data.max_predictions_per_seq)
     if c.unpad_multiple:  # each of the 8 batch shards: its 8 rows' real tokens, here half of them
         shapes["token_index"] = ((8, 8 * c.data.max_seq_length // 2), "int32")

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from flax import traverse_util
 
-from bert_jax.resolve import resolve
-from bert_jax.training import pretraining
+from bert_jax.pretraining import objective, start
+from bert_jax.resolve import described_model, resolve
 from bert_jax.training import sharding as sh
 from bert_jax.training.checkpoints import Checkpointer, CheckpointRestoreError, to_stored
 
@@ -18,7 +18,7 @@ def _built(config):
     """(resolved config, steps) on one CPU device."""
     resolved = resolve(config, "cpu", batch_shards=1)
     mesh = sh.make_mesh((1, 1, 1), jax.devices()[:1])
-    return resolved, pretraining.build_steps(resolved, pretraining.model_config(resolved, 101), mesh)
+    return resolved, objective.jit_pretraining_steps(resolved, described_model(resolved.model, vocab_size=101), mesh)
 
 
 def _flat(tree) -> dict:
@@ -45,7 +45,7 @@ def test_electra_starts_its_discriminator_encoder_from_a_masked_lm(tmp_path, tin
     config, electra = _built(tiny_config(model="electra", init_checkpoint=str(tmp_path / "mlm"),
                                          init_mode="encoder"))
     assert config.model.scan_layers == "false"  # CPU "auto": the other layout than the checkpoint's
-    got = pretraining.initial_state(config, electra.layout)
+    got = start.start_state(config, electra.layout)
     fresh = _flat(electra.layout.create(config.seed).params)
     ours = _flat(got.params)
     assert set(ours) == set(fresh)
@@ -72,7 +72,7 @@ def test_an_encoder_that_does_not_fit_is_one_line(tmp_path, tiny_config, overrid
     config, electra = _built(tiny_config(model="electra", init_checkpoint=str(tmp_path / "mlm"),
                                          init_mode="encoder", model_overrides=overrides))
     with pytest.raises(CheckpointRestoreError) as e:
-        pretraining.initial_state(config, electra.layout)
+        start.start_state(config, electra.layout)
     line = str(e.value)
     assert "\n" not in line and line.startswith(f"{tmp_path / 'mlm' / 'checkpoints'}/2: cannot restore"), line
     assert "its encoder's parameters do not fit this model" in line and reason in line, line

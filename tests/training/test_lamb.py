@@ -18,8 +18,8 @@ from flax import nnx
 
 from bert_jax.model.axes import stacked_axes
 from bert_jax.model.config import BertConfig
+from bert_jax.pretraining import objective as ts
 from bert_jax.training import optim
-from bert_jax.training import pretraining as ts
 from bert_jax.training import sharding as sh
 from bert_jax.training.optim import make_optimizer
 from bert_jax.training.steps import model_stacked_axes, state_layout

@@ -8,9 +8,10 @@ import pytest
 
 from bert_jax import launch
 from bert_jax.config_args import check_overrides
-from bert_jax.resolve import resolve
-from bert_jax.training import pretraining
+from bert_jax.pretraining import objective, start
+from bert_jax.resolve import described_model, resolve
 from bert_jax.training import sharding as sh
+from bert_jax.training import steps as steps_lib
 from bert_jax.training.checkpoints import Checkpointer
 from bert_jax.training.optim import bert_schedule, make_schedule
 from tests.fixtures.optimizer import optimizer_config
@@ -43,10 +44,10 @@ def test_accumulation_follows_the_slice(load_config):
     assert c.per_device_batch == 32
     rules = tuple(tuple(r) for r in c.sharding_rules)
     for shape, micro in (((8, 1, 1), 256), ((2, 4, 1), 256), ((2, 1, 4), 1024)):  # tensor shards share rows
-        assert pretraining.accumulation_steps(c, sh.make_mesh(shape), rules) == micro
+        assert steps_lib.accumulation_steps(c, sh.make_mesh(shape), rules) == micro
     c.per_device_batch = 48
     with pytest.raises(ValueError, match=r"batch_size 65536 is not a multiple of per_device_batch 48 x 8 batch shards"):
-        pretraining.accumulation_steps(c, sh.make_mesh((8, 1, 1)), rules)
+        steps_lib.accumulation_steps(c, sh.make_mesh((8, 1, 1)), rules)
     with pytest.raises(ValueError, match="config has no key 'accumulation_steps'"):  # one knob: per_device_batch
         check_overrides(c, ["train.py", "--config.optimizer.accumulation_steps=2"])
 
@@ -76,7 +77,7 @@ def test_phase2_starts_from_phase1_params_with_a_fresh_optimizer(tmp_path, tiny_
     c.optimizer.update(optimizer="lamb", decay_power=0.5)
     mesh = sh.make_mesh((1, 1, 1), jax.devices()[:1])
     resolved = resolve(c, "cpu", batch_shards=1)  # as the job resolves it
-    steps = pretraining.build_steps(resolved, pretraining.model_config(resolved, 101), mesh)
+    steps = objective.jit_pretraining_steps(resolved, described_model(resolved.model, vocab_size=101), mesh)
     state = steps.layout.create(0)
     state = state.replace(step=state.step + 5, opt_state=jax.tree.map(lambda x: x + 1, state.opt_state))
     ckpt = Checkpointer(tmp_path / "phase1", async_save=False)
@@ -85,7 +86,7 @@ def test_phase2_starts_from_phase1_params_with_a_fresh_optimizer(tmp_path, tiny_
     c.init_checkpoint = str(tmp_path / "phase1")
     for mode, step in (("params", 0), ("state", 5)):
         c.init_mode = mode
-        got = pretraining.initial_state(c, steps.layout)
+        got = start.start_state(c, steps.layout)
         assert int(got.step) == step
         for a, b in zip(jax.tree.leaves(got.params), jax.tree.leaves(state.params), strict=True):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
@@ -94,7 +95,7 @@ def test_phase2_starts_from_phase1_params_with_a_fresh_optimizer(tmp_path, tiny_
     assert float(steps.schedule(0)) == 0.0 < float(steps.schedule(5))  # phase 2's first lr: warmup from 0
     c.init_mode = "moments"
     with pytest.raises(ValueError, match="init_mode='moments'"):
-        pretraining.initial_state(c, steps.layout)
+        start.start_state(c, steps.layout)
 
 
 @pytest.mark.slow

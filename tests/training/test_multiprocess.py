@@ -99,15 +99,16 @@ def check_restore_on_another_mesh_and_warm_start(workdir, corpus):
     from bert_jax.finetuning import task as fs
     from bert_jax.finetuning.warm_start import open_init_checkpoint
     from bert_jax.model import layer_layout
-    from bert_jax.training import pretraining, trainer
+    from bert_jax.pretraining import objective
     from bert_jax.training import sharding as sh
+    from bert_jax.training import trainer
     from bert_jax.training.checkpoints import Checkpointer, read_params
 
     config = pretrain_config(str(corpus), STEPS)
     config.mesh_shape = (1, 8, 1)
     config = trainer.resolved(config)  # as a job resolves it
     warm = open_init_checkpoint(str(workdir))
-    steps = pretraining.build_steps(config, warm.config, sh.make_mesh(config.mesh_shape))
+    steps = objective.jit_pretraining_steps(config, warm.config, sh.make_mesh(config.mesh_shape))
     ckpt = Checkpointer(workdir, async_save=False)
     try:
         state, _ = ckpt.restore(steps.layout.target())

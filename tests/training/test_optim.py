@@ -351,7 +351,7 @@ def test_bad_values_raise(kw, match):
 
 
 def test_accumulation_is_not_an_optimizer_field():
-    # Gradient accumulation is the training step's lax.scan (pretraining.build_steps pops it).
+    # Gradient accumulation is the training step's lax.scan (objective.jit_pretraining_steps pops it).
     with pytest.raises(ValueError, match=r"unknown optimizer config field.*accumulation_steps"):
         OptimizerConfig.from_config_dict({"accumulation_steps": 2})
 

@@ -10,9 +10,9 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from bert_jax.model.config import BertConfig
-from bert_jax.training import pretraining
-from bert_jax.training import pretraining as ts
+from bert_jax.pretraining import objective as ts
 from bert_jax.training import sharding as sh
+from bert_jax.training import steps as steps_lib
 from bert_jax.training.steps import state_layout
 
 RULES = (("batch", ("data", "fsdp")), ("vocab", "tensor"), ("embed", "fsdp"), ("heads", "tensor"),
@@ -115,7 +115,7 @@ def test_auto_micro_batches_of_eight_on_the_cpu(load_config):
 
     def micro_batches(mesh):
         resolved = resolve(c, "cpu", batch_shards=sh.batch_shards(mesh, rules))
-        return pretraining.accumulation_steps(resolved, mesh, rules)
+        return steps_lib.accumulation_steps(resolved, mesh, rules)
 
     for batch, micro in ((32, 4), (16, 2), (8, 1), (12, 1), (256, 32)):
         c.batch_size = batch
@@ -125,7 +125,7 @@ def test_auto_micro_batches_of_eight_on_the_cpu(load_config):
     assert micro_batches(sh.make_mesh((2, 4, 1))) == 1
     c.batch_size = 256
     assert micro_batches(sh.make_mesh((8, 1, 1))) == 4  # 32 rows per device
-    assert pretraining.accumulation_steps(resolve(c, "tpu"), sh.make_mesh((8, 1, 1)), rules) == 1  # whole batch
+    assert steps_lib.accumulation_steps(resolve(c, "tpu"), sh.make_mesh((8, 1, 1)), rules) == 1  # whole batch
     c.unpad_multiple = 8
     assert micro_batches(one) == 1
     c.unpad_multiple, c.per_device_batch = 0, 128
@@ -133,7 +133,7 @@ def test_auto_micro_batches_of_eight_on_the_cpu(load_config):
     assert resolve(c, "cpu", batch_shards=1).per_device_batch == 128  # a number stays itself
     c.per_device_batch = "auto"
     with pytest.raises(ValueError, match="per_device_batch='auto' is not resolved"):
-        pretraining.accumulation_steps(c, one, rules)
+        steps_lib.accumulation_steps(c, one, rules)
 
 
 def test_mesh_shapes():

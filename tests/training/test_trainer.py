@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from bert_jax import launch
-from bert_jax.training import pretraining
+from bert_jax.pretraining import objective
+from bert_jax.resolve import described_model
 from bert_jax.training.checkpoints import read_params
 from bert_jax.training.metric_writer import read_metrics
 from bert_jax.training.trainer import TrainingDivergedError
@@ -172,7 +173,7 @@ def test_every_config_builds_abstractly(load_config):
                 "size=small,objective=none,masking=dynamic", "model=roberta", "model=albert,size=large",
                 "model=electra", "model=electra,size=base"):
         c = resolve(load_config("pretrain", arg), "cpu", batch_shards=1)  # as a job resolves it
-        abstract = pretraining.build_steps(c, pretraining.model_config(c, 30522), mesh).layout.abstract
+        abstract = objective.jit_pretraining_steps(c, described_model(c.model, vocab_size=30522), mesh).layout.abstract
         assert abstract.params["bert"]["embeddings"]["word_embeddings"]["embedding"].shape[0] == 30522
     with pytest.raises(ValueError, match="phase=3"):
         load_config("pretrain", "phase=3")
@@ -184,14 +185,14 @@ def test_every_config_builds_abstractly(load_config):
 
 def test_electra_settings_name_a_bad_prior(load_config):
     c = load_config("pretrain", "model=electra")
-    assert pretraining.electra_settings(c) == {"generator_fraction": 0.25, "rtd_weight": 50.0, "rtd_prior": 0.0,
+    assert objective.electra_settings(c) == {"generator_fraction": 0.25, "rtd_weight": 50.0, "rtd_prior": 0.0,
                                              "tie_embeddings": True}
-    assert not pretraining.electra_settings(load_config("pretrain", "model=electra,runlocal"))["tie_embeddings"]
+    assert not objective.electra_settings(load_config("pretrain", "model=electra,runlocal"))["tie_embeddings"]
     c.electra.rtd_prior = 0.15
-    assert pretraining.electra_settings(c)["rtd_prior"] == 0.15
+    assert objective.electra_settings(c)["rtd_prior"] == 0.15
     c.electra.rtd_prior = 1.5
     with pytest.raises(ValueError, match=r"config.electra.rtd_prior=1.5: expected 0 .* in \(0, 1\)"):
-        pretraining.electra_settings(c)
+        objective.electra_settings(c)
 
 
 @pytest.mark.slow

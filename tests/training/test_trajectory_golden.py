@@ -39,8 +39,8 @@ import pytest
 from flax import nnx
 
 from bert_jax.interop import pretrained
+from bert_jax.pretraining.objective import model_graphdef, train_step
 from bert_jax.training.optim import make_optimizer
-from bert_jax.training.pretraining import model_graphdef, train_step
 from bert_jax.training.steps import new_state
 from tests.fixtures.hf_dirs import write_dir
 

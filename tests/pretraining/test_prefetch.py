@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from bert_jax import launch
+from bert_jax.pretraining.prefetch import DevicePrefetch
 from bert_jax.training.checkpoints import read_params
-from bert_jax.training.prefetch import DevicePrefetch
 
 
 class Counting:

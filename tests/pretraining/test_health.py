@@ -1,4 +1,4 @@
-"""Representation health (bert_jax/training/health.py): the metrics' maths, their exact
+"""Representation health (bert_jax/pretraining/health.py): the metrics' maths, their exact
 accumulation over micro-batches and evaluation batches, the collapse rule, the readout and unigram
 warnings, and the rule on real training: the old ELECTRA runlocal recipe (lr 1e-3, 30 warmup steps,
 no bias correction) collapses on a small structured corpus and is flagged; the recipe of
@@ -16,9 +16,12 @@ from sklearn.metrics import roc_auc_score
 
 from bert_jax import launch
 from bert_jax.model.config import BertConfig
-from bert_jax.training import health, pretraining, trainer
-from bert_jax.training import pretraining as ts
+from bert_jax.pretraining import evaluation, health, objective
+from bert_jax.pretraining import objective as ts
+from bert_jax.pretraining import task as pretraining_task
+from bert_jax.resolve import described_model
 from bert_jax.training import sharding as sh
+from bert_jax.training import trainer
 from bert_jax.training.metric_writer import MetricWriter, read_metrics
 from bert_jax.training.optim import make_optimizer
 from tests.fixtures.optimizer import optimizer_settings
@@ -164,8 +167,8 @@ def test_micro_batches_and_eval_batches_add_up_exactly():
     assert 0.1 < float(one["token_spread"]) < 10
     evaluate = jax.jit(lambda s, b: ts.eval_step(s.params, b, graphdef=graphdef))
     halves = [evaluate(state, {k: v[s] for k, v in batch.items()}) for s in (slice(0, 4), slice(4, 8))]
-    summed = ts.summarize(jax.tree.map(lambda a, b: a + b, *halves))
-    whole = ts.summarize(evaluate(state, batch))
+    summed = ts.metrics_from_sums(jax.tree.map(lambda a, b: a + b, *halves))
+    whole = ts.metrics_from_sums(evaluate(state, batch))
     for k in HEALTH:
         np.testing.assert_allclose(float(summed[k]), float(whole[k]), rtol=2e-5, err_msg=k)
 
@@ -180,7 +183,7 @@ def test_electra_reports_the_discriminators_health():
     sums = jax.jit(lambda s, b: ts.eval_step(s.params, b, graphdef=graphdef))(state, _batch(4))
     assert sums["rtd_hist_replaced"].shape == (health.RTD_BINS,)
     assert float(sums["rtd_hist_replaced"].sum() + sums["rtd_hist_original"].sum()) == float(sums["rtd_tokens"])
-    got = ts.summarize(sums)
+    got = ts.metrics_from_sums(sums)
     assert {"rtd_auc", "rtd_prior_entropy", "rtd_bce_over_prior", "token_top_share", "mlm_unigram_entropy",
             "mlm_sampled_accuracy", *HEALTH} <= set(got)
     assert 0.0 <= float(got["rtd_auc"]) <= 1.0 and float(got["token_spread"]) > 0.1
@@ -274,13 +277,13 @@ def test_advice_names_the_flags():
 
 
 def test_step0_reference_is_read_back(tmp_path):
-    assert pretraining.step0_reference(tmp_path) is None
+    assert evaluation.step0_reference(tmp_path) is None
     w = MetricWriter(tmp_path)
     w.write(0, {"token_spread": 0.84, "loss": 30.0}, "eval")
     w.write(10, {"token_spread": 0.5, "loss": 20.0}, "train")
     w.write(100, {"token_spread": 0.6, "loss": 10.0}, "eval")
     w.close()
-    assert pretraining.step0_reference(tmp_path)["token_spread"] == 0.84
+    assert evaluation.step0_reference(tmp_path)["token_spread"] == 0.84
 
 
 # --- the rule on real training ------------------------------------------------------------------
@@ -338,19 +341,19 @@ def _markov_config(load_config, steps: int, **optimizer):
 
 
 def _train_and_watch(c, capsys) -> tuple[list[dict], list[str]]:
-    """``c``'s real jitted steps (`pretraining.build_steps`, `pretraining.evaluate`) on `MarkovBatches`,
-    watched as the trainer watches them (`health.HealthMonitor`): the evaluations (every
+    """``c``'s real jitted steps (`objective.jit_pretraining_steps`, `evaluation.held_out_metrics`) on
+    `MarkovBatches`, watched as the trainer watches them (`health.HealthMonitor`): the evaluations (every
     ``c.eval_every`` steps from step 0) and the warning lines printed."""
     c = trainer.resolved(c)  # as the job resolves it
-    steps = pretraining.build_steps(c, pretraining.model_config(c, V), sh.make_mesh(tuple(c.mesh_shape)))
+    steps = objective.jit_pretraining_steps(c, described_model(c.model, vocab_size=V), sh.config_mesh(c))
     state, data, rng = steps.layout.create(c.seed), MarkovBatches(seed=1), jax.random.key(c.seed)
     monitor = health.HealthMonitor(warmup_steps=c.optimizer.warmup_steps, advice=health.advice(c.optimizer))
     evals = []
     for step in range(c.num_train_steps + 1):
         if step % c.eval_every == 0:
             held_out = MarkovBatches(seed=99)  # the same 4 batches every time
-            evals.append({"step": step, **pretraining.evaluate(steps.eval_fn, state, held_out, c.eval_steps, steps.mesh,
-                                                           steps.rules)})
+            evals.append({"step": step, **evaluation.held_out_metrics(steps.eval_fn, state, held_out, c.eval_steps,
+                                                                      steps.mesh, steps.rules)})
             if step == 0:
                 monitor.reference = evals[0]
             monitor.check(step, evals[-1], "eval")
@@ -393,14 +396,14 @@ def test_trainer_prints_one_warning_and_records_step0(tmp_path, load_config, mon
             self.index %= 4  # each evaluation sees the same 4 batches
             return batch
 
-    monkeypatch.setattr(pretraining, "make_input", lambda config, split, block=(0, 1):
+    monkeypatch.setattr(pretraining_task, "make_input", lambda config, split, block=(0, 1):
                         Eval(seed=99) if split == "eval" else MarkovBatches(seed=1))
     launch.run(_markov_config(load_config, 30, **OLD_RUNLOCAL), tmp_path)
     out = capsys.readouterr().out
     assert sum(line.startswith("WARNING: the representation collapsed") for line in out.splitlines()) == 1, out
     evals = read_metrics(tmp_path, "eval")
     assert [r["step"] for r in evals] == [0, 10, 20, 30]
-    assert pretraining.step0_reference(tmp_path)["token_spread"] == evals[0]["token_spread"]
+    assert evaluation.step0_reference(tmp_path)["token_spread"] == evals[0]["token_spread"]
 
 
 def test_label_counts_and_the_fitted_unigram_cross_entropy():

@@ -1,0 +1,65 @@
+"""Pre-training's held-out evaluation: what it reads (`eval_source`), its metrics over the same
+held-out batches each time (`held_out_metrics`, with the unigram reference of
+`bert_jax.pretraining.health`) and the step-0 evaluation a resumed run reads back (`step0_reference`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import numpy as np
+
+from bert_jax.pretraining import health
+from bert_jax.pretraining.objective import metrics_from_sums
+from bert_jax.training import sharding as sh
+from bert_jax.training.metric_writer import read_metrics
+
+
+def eval_source(config) -> str | None:
+    """What the held-out evaluation reads, or None when it is switched off (``eval_every=0`` or
+    ``eval_steps=0``). Evaluation on with no held-out data is an error: a long run would otherwise
+    train blind (docs/data.md builds held-out shards)."""
+    if not (config.eval_every and config.eval_steps):
+        return None
+    d = config.data
+    if d.kind == "synthetic":
+        return "synthetic batches"
+    if d.eval_input:
+        return d.eval_input
+    if d.eval_fraction:
+        from input_pipeline.pretraining.dataset import held_out_every
+
+        return f"every {held_out_every(d.eval_fraction)}th document of {d.input}"
+    raise ValueError("no held-out data: set --config.data.eval_input to held-out shards (docs/data.md), or "
+                     "--config.data.eval_fraction=F to hold out documents of text input, or --config.eval_every=0 "
+                     "to train without evaluation")
+
+
+def held_out_metrics(eval_fn, state, data, num_batches: int, mesh, rules,
+             interrupted: Callable[[], bool] = lambda: False, train_counts=None) -> dict | None:
+    """Held-out metrics over ``num_batches`` batches; None if ``interrupted()`` turns true on the way.
+    ``train_counts`` (the training batches' masked labels, `health.LabelCounts.counts`): adds
+    ``mlm_unigram_cross_entropy``, the held-out labels' loss under their frequencies."""
+    totals = None
+    for _ in range(num_batches):
+        if interrupted():
+            return None
+        # Summed on the host: a handful of scalars and histograms, and no eager op on arrays sharded
+        # over every device (each would compile a program; one such add aborted a CPU test run).
+        sums = jax.device_get(eval_fn(state.params, sh.global_batch(next(data), mesh, rules)))
+        totals = sums if totals is None else jax.tree.map(np.add, totals, sums)
+    result = {k: float(v) for k, v in metrics_from_sums(totals).items()}
+    if train_counts is not None and "mlm_label_counts" in totals and train_counts.sum():
+        result["mlm_unigram_cross_entropy"] = health.unigram_cross_entropy(train_counts, totals["mlm_label_counts"])
+    return result
+
+
+def step0_reference(workdir) -> dict | None:
+    """The step-0 evaluation recorded in ``workdir``'s metrics.jsonl (the last, if recorded twice),
+    or None: a resumed run's reference for the collapse warning."""
+    try:
+        rows = [r for r in read_metrics(workdir, "eval") if r["step"] == 0]
+    except (FileNotFoundError, ValueError):
+        return None
+    return rows[-1] if rows else None
