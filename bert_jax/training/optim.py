@@ -63,7 +63,7 @@ class OptimizerConfig:
     ``warmup_steps``/``num_train_steps`` and the schedule count optimizer steps. Gradient
     accumulation is not the optimizer's business: the training step sums micro-batch gradients in a
     ``lax.scan`` (as many micro-batches as a job config's ``per_device_batch`` gives:
-    `bert_jax.training.trainer.accumulation_steps`), so one call is one optimizer step.
+    `bert_jax.training.steps.accumulation_steps`), so one call is one optimizer step.
     """
 
     optimizer: str  # one of OPTIMIZERS
