@@ -118,8 +118,8 @@ RECIPES = {
                               short_seq_prob=0.0),
                     optimizer=dict(optimizer="stableadamw", bias_correction=True, b1=0.9, b2=0.98, eps=1e-6,
                                    weight_decay=1e-5, clip_norm=0.0, schedule="wsd")),
-        # 2e-3, its last 150 steps decaying: the tiny model at length 128, 38 predictions (30%).
-        "runlocal": dict(lr=2e-3, model=dict(size="modernbert-tiny"),
+        # 1e-3, its last 150 steps decaying: the tiny model at length 128, 38 predictions (30%).
+        "runlocal": dict(lr=1e-3, model=dict(size="modernbert-tiny"),
                          data=dict(max_seq_length=128, max_predictions_per_seq=38),
                          optimizer=dict(decay_steps=150)),
     },
