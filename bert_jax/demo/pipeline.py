@@ -44,6 +44,7 @@ import sys
 import time
 from pathlib import Path
 
+from bert_jax.demo import curve as demo_curve
 from bert_jax.demo import report as demo_report
 from input_pipeline import command_line as cli
 from input_pipeline.files import write_atomically
@@ -69,11 +70,18 @@ TINY_FINETUNE = dict(lr=2e-4, epochs=1.0, batch=16, max_train_examples=0,
                      execution={"unpad_multiple": 0, "length_multiple": 32})
 MINILM_FINETUNE = dict(lr=5e-5, epochs=1.0, batch=16, seeds=1, max_train_examples=MINILM_EXAMPLES,
                        execution=TINY_FINETUNE["execution"])  # a short run: compiles cost more than padding
-PRETRAIN_MODELS = ("bert", "electra")
+PRETRAIN_MODELS = ("modernbert", "bert", "electra", "electra_mlm")
+# The encoder each pre-training model fine-tunes (its discriminator for ELECTRA), and so the scratch
+# row it is compared with: the same network at random initialisation.
+ENCODER_SIZE = {"modernbert": "modernbert-tiny", "bert": "tiny", "electra": "tiny", "electra_mlm": "modernbert-tiny"}
+# electra_mlm's discriminator starts from the modernbert run of the same seed (configs/demo.py).
+STARTS_FROM = {"electra_mlm": "modernbert"}
 # ELECTRA by default: at the demo's budget (a few CPU minutes) its discriminator fine-tuned above scratch on
 # every seed at lr 1e-4, MLM + NSP not reliably (docs/records.md, "ELECTRA as the demo's pre-training"); at
 # lr 2e-4, validation's pick, its margin on dev is +0.007 [-0.005, +0.019] ("Pre-trained minus scratch").
 DEFAULT_PRETRAIN_MODEL = "electra"
+# Pre-training seeds of each model: the headline's interval then covers the pre-training run, not one checkpoint.
+DEFAULT_PRETRAIN_SEEDS = 2
 # Every row's classifier reads the mean of the last layer over real tokens, not the pooled [CLS]:
 # a few CPU minutes of pre-training leave [CLS] nearly constant across sentences, and sentence
 # encoders such as all-MiniLM-L6-v2 are trained for mean pooling (docs/records.md, "Mean pooling and lr 5e-4 ...").
@@ -103,16 +111,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="sentiment data: label<TAB>text or id<TAB>score<TAB>text lines (split 9:1), or "
                         "a directory with train.tsv and dev.tsv; default: the vaderSentiment reviews")
     p.add_argument("--seeds", type=int, default=3, help="fine-tuning seeds of the tiny rows")
+    p.add_argument("--pretrain_seeds", "--pretrain-seeds", type=int, default=DEFAULT_PRETRAIN_SEEDS,
+                   help="pre-training runs of each model, seeds 0, 1, ...: each fine-tuned with every "
+                        f"fine-tuning seed (default {DEFAULT_PRETRAIN_SEEDS})")
     p.add_argument("--finetune_steps", "--finetune-steps", type=int, default=0,
                    help="steps of every fine-tuning run instead of epochs (smoke tests)")
     p.add_argument("--no_minilm", "--no-minilm", action="store_true", help="leave out the MiniLM row")
     p.add_argument("--no_task_text", "--no-task-text", action="store_true",
                    help="pre-train on --corpus alone, without the task's unlabelled training sentences")
+    p.add_argument("--curve", action="store_true",
+                   help="also pre-train the first model for 1/4, 1/2 and 2x its steps, fine-tune each as the "
+                        f"table's rows and draw dev accuracy against pre-training steps ({demo_curve.FILE}; "
+                        "several times the pre-training's minutes)")
     p.add_argument("--select_lr", "--select-lr", default="",
                    help="comma-separated fine-tuning learning rates: fine-tune every row at each and print "
                         "accuracy on the validation split (never dev) instead of the demo's table")
     args = p.parse_args(argv)
-    for name in ("pretrain_steps", "seeds", "finetune_steps"):
+    for name in ("pretrain_steps", "seeds", "pretrain_seeds", "finetune_steps"):
         value = getattr(args, name)
         if value is not None and value < (0 if name == "finetune_steps" else 1):
             p.error(f"--{name} must be positive, got {value}")
@@ -130,6 +145,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     unknown = sorted(set(args.pretrain_models) - set(PRETRAIN_MODELS))
     if unknown or not args.pretrain_models:
         p.error(f"--pretrain_models {','.join(args.pretrain_models)}: expected some of {', '.join(PRETRAIN_MODELS)}")
+    for model, first in STARTS_FROM.items():
+        if model in args.pretrain_models and first not in args.pretrain_models[:args.pretrain_models.index(model)]:
+            p.error(f"--pretrain_models: {model} starts from {first}'s run: list {first} before it")
     args.workdir = (args.workdir or default_workdir()).expanduser().resolve()
     return args
 
@@ -241,31 +259,36 @@ def sentiment_task(args, eval_splits: str = "dev"):
     return SentimentTask(args.task_file, validation_every=VALIDATION_EVERY, eval_splits=eval_splits)
 
 
-def pretrain_arg(args, model: str) -> str:
-    """configs/demo.py's argument for ``model``: --pretrain_steps are the first model's steps, the
-    others' keep the ratio of the defaults (about the same wall time)."""
+def pretrain_arg(args, model: str, seed: int = 0, steps: int | None = None) -> str:
+    """configs/demo.py's argument for ``model`` and pre-training ``seed``: --pretrain_steps are the
+    first model's steps, the others' keep the ratio of the defaults (about the same wall time);
+    ``steps`` sets them outright (the curve's runs)."""
     from bert_jax.config_args import load_config_file
 
-    steps = ""
-    if args.pretrain_steps:
+    steps = f"steps={steps}" if steps else ""
+    if args.pretrain_steps and not steps:
         first = args.pretrain_models[0]
         default = {m: load_config_file("demo", f"model={m}").num_train_steps for m in (first, model)}
         steps = f"steps={max(1, round(args.pretrain_steps * default[model] / default[first]))}"
-    return ",".join(part for part in (f"model={model}", steps) if part)
+    return ",".join(part for part in (f"model={model}", steps, f"seed={seed}" if seed else "") if part)
 
 
-def pretrain(args, vocab: str, report, model: str = "bert", corpus: str | None = None) -> Path:
-    """Pre-trains ``model`` (configs/demo.py) on ``corpus`` (default --corpus) in its stage directory."""
+def pretrain(args, vocab: str, report, model: str = "bert", corpus: str | None = None, seed: int = 0,
+             steps: int | None = None) -> Path:
+    """Pre-trains ``model`` (configs/demo.py) with ``seed`` on ``corpus`` (default --corpus) in its
+    stage directory (``pretrain[-MODEL]-STEPS[-seedS]``; seed 0 without the suffix)."""
     from bert_jax import launch
     from bert_jax.training.checkpoints import Checkpointer
     from bert_jax.training.metric_writer import read_metrics
 
-    arg = pretrain_arg(args, model)
+    arg = pretrain_arg(args, model, seed, steps)
     corpus = corpus or args.corpus
     overrides = {"data.input": corpus, "data.vocab": vocab}
+    if model in STARTS_FROM:
+        overrides["init_checkpoint"] = str(report.pretrain_dirs[STARTS_FROM[model], seed])
     config, _ = load_config("demo", arg, overrides)
     steps = config.num_train_steps
-    name = f"pretrain-{steps}" if model == "bert" else f"pretrain-{model}-{steps}"
+    name = (f"pretrain-{steps}" if model == "bert" else f"pretrain-{model}-{steps}") + (f"-seed{seed}" if seed else "")
     # The resolved config is part of the stamp: a changed recipe in configs/demo.py (a new default)
     # redoes the run instead of reusing a checkpoint of the old one.
     st = Stage(args.workdir / name, {"corpus": corpus, "vocab": vocab, "steps": steps, "model": model,
@@ -284,7 +307,7 @@ def pretrain(args, vocab: str, report, model: str = "bert", corpus: str | None =
     ckpt = Checkpointer(st.dir, async_save=False)
     done = ckpt.latest_step()
     ckpt.close()
-    key = report.pretrain_key(model)
+    key = report.pretrain_key(model, seed)
     if done == steps:
         report.reused.add(key)
         print(f"    reusing the finished run in {st.dir}", flush=True)
@@ -298,23 +321,36 @@ def pretrain(args, vocab: str, report, model: str = "bert", corpus: str | None =
             shutil.rmtree(stale, ignore_errors=True)
     evals = read_metrics(st.dir, "eval")
     curve = {r["step"]: r for r in evals}  # a resumed run may have logged a step twice
-    report.pretrain[model] = {"dir": str(st.dir), "steps": steps, "batch": config.batch_size,
-                              "seq_len": config.data.max_seq_length, "lr": config.optimizer.learning_rate,
-                              "curve": [[s, curve[s]["mlm_accuracy"]] for s in sorted(curve)],
-                              "loss_curve": [[s, curve[s]["mlm_loss"]] for s in sorted(curve)
-                                             if "mlm_loss" in curve[s]],
-                              "auc_curve": [[s, curve[s]["rtd_auc"]] for s in sorted(curve) if "rtd_auc" in curve[s]],
-                              "final": curve[max(curve)] if curve else {}, "baseline": baseline,
-                              "command": command}
+    report.pretrain_dirs[model, seed] = st.dir
+    report.pretrain[name] = {"model": model, "seed": seed, "dir": str(st.dir), "steps": steps,
+                             "batch": config.batch_size, "seq_len": config.data.max_seq_length,
+                             "lr": config.optimizer.learning_rate,
+                             "curve": [[s, curve[s]["mlm_accuracy"]] for s in sorted(curve)],
+                             "loss_curve": [[s, curve[s]["mlm_loss"]] for s in sorted(curve)
+                                            if "mlm_loss" in curve[s]],
+                             "auc_curve": [[s, curve[s]["rtd_auc"]] for s in sorted(curve) if "rtd_auc" in curve[s]],
+                             "final": curve[max(curve)] if curve else {}, "baseline": baseline,
+                             "command": command}
     return st.dir
 
 
-def finetune_rows(args, data: dict, vocab: str, pretrained: dict[str, Path]) -> list[tuple]:
-    """(key, label, init_checkpoint, vocab, settings) of every fine-tuning row."""
+def scratch_key(model: str) -> str:
+    """The scratch row a model's pre-trained rows are compared with: its encoder at random init."""
+    return "scratch" if ENCODER_SIZE[model] == "tiny" else f"scratch-{model}"
+
+
+def finetune_rows(args, data: dict, vocab: str, pretrained: dict[tuple[str, int], Path]) -> list[tuple]:
+    """(key, label, init_checkpoint, vocab, settings) of every fine-tuning row; ``pretrained``:
+    {(model, pre-training seed): workdir}. settings["scratch"]: the key of the row it is compared with."""
     tiny = dict(TINY_FINETUNE, seeds=args.seeds)
-    rows = [(f"pretrained-{d.name}", f"tiny, pre-trained here ({d.name})", str(d), "", tiny)
-            for d in pretrained.values()]
-    rows.append(("scratch", "tiny, from scratch (random init)", "", vocab, tiny))
+    rows = [(f"pretrained-{d.name}", f"tiny {model}, pre-trained here ({d.name})", str(d), "",
+             dict(tiny, size=ENCODER_SIZE[model], scratch=scratch_key(model), model=model))
+            for (model, _), d in pretrained.items()]
+    models = dict.fromkeys(model for model, _ in pretrained) or {"bert": None}
+    for model in dict.fromkeys(scratch_key(m) for m in models):
+        size = next(ENCODER_SIZE[m] for m in models if scratch_key(m) == model)
+        label = "tiny, from scratch (random init)" if size == "tiny" else f"tiny {size.split('-')[0]}, from scratch"
+        rows.append((model, label, "", vocab, dict(tiny, size=size)))
     if data["minilm"]:
         rows.append(("minilm", "all-MiniLM-L6-v2 (6 x 384, released weights)", "hf:pkg:minilm", "",
                      MINILM_FINETUNE))
@@ -330,7 +366,8 @@ def finetune_run(args, directory: Path, init: str, vocab: str, row_vocab: str, s
                  "init_checkpoint": init, "vocab": row_vocab, "model.classifier_pooling": CLASSIFIER_POOLING,
                  "seeds": s["seeds"], "max_train_examples": s["max_train_examples"], "batch_size": s["batch"],
                  "num_train_steps": args.finetune_steps, "log_every": 25, **s.get("execution", {})}
-    config, command = load_config("sentiment", f"size=tiny,lr={s['lr']},epochs={s['epochs']}", overrides)
+    config, command = load_config("sentiment", f"size={s.get('size', 'tiny')},lr={s['lr']},epochs={s['epochs']}",
+                                  overrides)
     # As for pre-training, the resolved config is in the stamp: a new default in
     # configs/sentiment.py redoes the row instead of reusing its old results.
     st = Stage(directory, {"command": command, "task_file": args.task_file, "vocab": vocab, "config": config.to_dict()})
@@ -347,7 +384,7 @@ def finetune(args, data: dict, vocab: str, pretrained: dict[str, Path], report) 
     report.dev = {"train": len(task.load("train")), "validation": len(task.load("validation")), "dev": len(dev),
                   "majority": max(dev.count(0), dev.count(1)) / len(dev)}
     for name, label, init, row_vocab, s in finetune_rows(args, data, vocab, pretrained):
-        key, directory = f"4{'abcde'[len(report.finetune)]}", args.workdir / "finetune" / name
+        key, directory = demo_report.finetune_key(len(report.finetune)), args.workdir / "finetune" / name
         with stage(report, key, f"fine-tuning: {label}"):
             config, results, reused = finetune_run(args, directory, init, vocab, row_vocab, s, "dev")
             if reused:
@@ -358,24 +395,76 @@ def finetune(args, data: dict, vocab: str, pretrained: dict[str, Path], report) 
 
 
 def compare_to_scratch(report) -> None:
-    """Each pre-trained row minus the scratch row on dev: the paired bootstrap of `demo_report.paired_bootstrap`
-    over the dev sentences, each sentence's correctness averaged over the row's seeds."""
+    """Each pre-trained row minus its scratch row on dev (`scratch_key`): the paired bootstrap of
+    `demo_report.paired_bootstrap` over the dev sentences, each sentence's correctness averaged over
+    the row's fine-tuning seeds; then, for a model pre-trained with several seeds, the same on each
+    sentence's correctness averaged over all its pre-training and fine-tuning seeds ("pooled")."""
     rows = {row.get("key"): row for row in report.finetune}
-    if "scratch" not in rows:
-        return
-    scratch = demo_report.dev_correctness(Path(rows["scratch"]["dir"]), rows["scratch"]["seed_ids"])
+    correct = {key: demo_report.dev_correctness(Path(row["dir"]), row["seed_ids"]) for key, row in rows.items()
+               if str(key).startswith(("pretrained-", "scratch"))}
+    pooled: dict[str, list[str]] = {}
     for key, row in rows.items():
-        if not key.startswith("pretrained-"):
+        base = row.get("scratch")
+        if not str(key).startswith("pretrained-") or base not in rows:
             continue
-        mine = demo_report.dev_correctness(Path(row["dir"]), row["seed_ids"])
+        mine, scratch = correct[key], correct[base]
         if mine is None or scratch is None or list(mine) != list(scratch):
-            print(f"    no per-sentence dev predictions to compare {key} with scratch", flush=True)
+            print(f"    no per-sentence dev predictions to compare {key} with {base}", flush=True)
             continue
-        ids = list(mine)
-        b = demo_report.paired_bootstrap([mine[i] for i in ids], [scratch[i] for i in ids],
-                                         resamples=BOOTSTRAP_RESAMPLES, seed=BOOTSTRAP_SEED)
-        report.comparisons.append({"row": key, "label": row["label"], "seeds": len(row["seed_ids"]),
-                                   "scratch_seeds": len(rows["scratch"]["seed_ids"]), **b})
+        pooled.setdefault(row["model"], []).append(key)
+        report.comparisons.append(compare(key, row["label"], [mine], scratch, base, row["seeds"],
+                                          rows[base]["seeds"]))
+    for model, keys in pooled.items():
+        if len(keys) > 1:
+            base = rows[keys[0]]["scratch"]
+            report.comparisons.append(compare(f"pooled-{model}", f"tiny {model}, {len(keys)} pre-training seeds pooled",
+                                              [correct[k] for k in keys], correct[base], base,
+                                              sum(rows[k]["seeds"] for k in keys), rows[base]["seeds"],
+                                              rows=keys))
+
+
+def compare(key: str, label: str, mine: list[dict], scratch: dict, base: str, seeds: int, scratch_seeds: int,
+            rows: list[str] | None = None) -> dict:
+    """The paired bootstrap of the mean of ``mine`` (per-sentence correctness, one dict per pre-training
+    run) minus ``scratch`` over the dev sentences."""
+    ids = list(scratch)
+    b = demo_report.paired_bootstrap([sum(m[i] for m in mine) / len(mine) for i in ids], [scratch[i] for i in ids],
+                                     resamples=BOOTSTRAP_RESAMPLES, seed=BOOTSTRAP_SEED)
+    return {"row": key, "label": label, "scratch": base, "seeds": seeds, "scratch_seeds": scratch_seeds,
+            "rows": rows or [key], **b}
+
+
+def learning_curve(args, vocab: str, corpus: str, pretrained: dict[tuple[str, int], Path], report) -> Path:
+    """``--curve``: the first model (seed 0) pre-trained for each of `demo_curve.curve_steps` and
+    fine-tuned as its table row (the budget's own run and row are the table's), drawn to
+    ``<workdir>/demo_curve.png``."""
+    model = args.pretrain_models[0]
+    budget = report.pretrain[pretrained[model, 0].name]["steps"]
+    table = {row["key"]: row for row in report.finetune}
+    rows = {}
+    for steps in demo_curve.curve_steps(budget):
+        d = pretrained[model, 0] if steps == budget else None
+        if d is None:
+            kept = dict(report.pretrain)
+            d = pretrain(args, vocab, report, model, corpus, 0, steps)
+            report.pretrain = kept  # the table lists the demo's own runs only
+        key = f"pretrained-{d.name}"
+        if key in table:
+            rows[steps] = table[key]
+            continue
+        settings = dict(TINY_FINETUNE, seeds=args.seeds, size=ENCODER_SIZE[model])
+        config, results, _ = finetune_run(args, args.workdir / "finetune" / key, str(d), vocab, "", settings, "dev")
+        rows[steps] = demo_report.finetune_row(key, d.name, settings, config, results, args.workdir / "finetune" / key)
+        print(f"    {steps} pre-training steps: dev accuracy {rows[steps]['mean']:.3f}", flush=True)
+    curve = demo_curve.points(rows)
+    scratch = table[scratch_key(model)]
+    minilm = table["minilm"]["mean"] if "minilm" in table else None
+    path = args.workdir / demo_curve.FILE
+    write_atomically(path, demo_curve.png_bytes(curve, scratch=scratch, minilm=minilm, model=report.NAMES[model],
+                                                budget=budget))
+    report.curve = demo_curve.markdown(curve, scratch=scratch, path=path)
+    print(f"    the figure: {path}", flush=True)
+    return path
 
 
 def select_lr(args, data: dict, vocab: str, pretrained: dict[str, Path], report) -> Path:
@@ -413,7 +502,7 @@ def frozen_probe(args, directory: Path, init: str, vocab: str, settings: dict) -
     path = directory / "probe.json"
     if path.exists():
         return json.loads(path.read_text())
-    r = probe(init, task_source=args.task_file, vocab=vocab, size="tiny", seed=0,
+    r = probe(init, task_source=args.task_file, vocab=vocab, size=settings.get("size", "tiny"), seed=0,
               max_train_examples=settings["max_train_examples"])
     out = {"accuracy": r.accuracy, "c": r.c, "train_examples": r.train_examples, "init": r.init,
            "spectrum": r.spectrum}
@@ -451,12 +540,17 @@ def main(argv: list[str] | None = None) -> int:
             corpus = f"{args.corpus},{task_text(args, report)}"
     pretrained = {}
     for model in args.pretrain_models:
-        with stage(report, report.pretrain_key(model), f"pre-training the tiny {report.PRETRAIN_TITLES[model]}"):
-            pretrained[model] = pretrain(args, vocab, report, model, corpus)
+        for seed in range(args.pretrain_seeds):
+            with stage(report, report.pretrain_key(model, seed), f"pre-training the tiny "
+                       f"{report.PRETRAIN_TITLES[model]}" + (f", seed {seed}" if args.pretrain_seeds > 1 else "")):
+                pretrained[model, seed] = pretrain(args, vocab, report, model, corpus, seed)
     if args.select_lr:
         select_lr(args, data, vocab, pretrained, report)
         return 0
     finetune(args, data, vocab, pretrained, report)
+    if args.curve:
+        with stage(report, "5", "the curve: dev accuracy against pre-training steps"):
+            learning_curve(args, vocab, corpus, pretrained, report)
     report.seconds["total"] = time.time() - start
     report.cpu["total"] = demo_report.cpu_seconds() - cpu
     text = report.markdown()

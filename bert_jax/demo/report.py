@@ -106,6 +106,7 @@ def finetune_row(key: str, label: str, settings: dict, config, results: dict, wo
             "lr": settings["lr"], "batch": config.batch_size,
             "max_train_examples": settings["max_train_examples"], "fixed_steps": config.num_train_steps,
             "pooling": config.model.classifier_pooling, "dir": str(workdir),
+            "scratch": settings.get("scratch"), "model": settings.get("model"),
             "probe": (probe or {}).get("accuracy", {})}
 
 
@@ -168,6 +169,11 @@ def selection_markdown(results: list[dict], *, validation: int, train: int, majo
     return "\n".join([*lines, ""])
 
 
+def finetune_key(i: int) -> str:
+    """Stage key of the i-th fine-tuning row: 4a, 4b, ..."""
+    return f"4{chr(ord('a') + i)}"
+
+
 @dataclasses.dataclass
 class Report:
     workdir: Path
@@ -177,27 +183,36 @@ class Report:
     data: dict = dataclasses.field(default_factory=dict)
     vocab: dict = dataclasses.field(default_factory=dict)
     task_text: dict = dataclasses.field(default_factory=dict)  # the task's unlabelled training sentences, if used
-    pretrain: dict = dataclasses.field(default_factory=dict)  # model -> its pre-training run
+    pretrain: dict = dataclasses.field(default_factory=dict)  # run's directory name -> its pre-training run
+    pretrain_dirs: dict = dataclasses.field(default_factory=dict)  # (model, seed) -> its workdir
     finetune: list = dataclasses.field(default_factory=list)
     dev: dict = dataclasses.field(default_factory=dict)  # sizes / majority class of the dev split
     reused: set = dataclasses.field(default_factory=set)  # stages whose results were already there
     comparisons: list = dataclasses.field(default_factory=list)  # pre-trained minus scratch on dev (paired bootstrap)
+    curve: list = dataclasses.field(default_factory=list)  # --curve's lines: the figure and its numbers
 
-    PRETRAIN_TITLES = {"bert": "BERT (MLM + NSP, dynamic masking)",
+    PRETRAIN_TITLES = {"modernbert": "ModernBERT (MLM, 30% masked, documents packed apart)",
+                       "electra_mlm": "ELECTRA whose discriminator starts from the ModernBERT run",
+                       "bert": "BERT (MLM + NSP, dynamic masking)",
                        "electra": "ELECTRA (replaced-token detection, dynamic masking)"}
+    NAMES = {"modernbert": "ModernBERT", "bert": "BERT", "electra": "ELECTRA", "electra_mlm": "ELECTRA from ModernBERT"}
 
     @staticmethod
-    def pretrain_key(model: str) -> str:
-        """Stage key of a pre-training run: 3 for BERT (as ever), 3e for ELECTRA."""
-        return "3" if model == "bert" else "3" + model[0]
+    def pretrain_key(model: str, seed: int = 0) -> str:
+        """Stage key of a pre-training run: 3 for BERT (as ever), 3e for ELECTRA, 3m for ModernBERT, 3x
+        for ELECTRA from ModernBERT; a pre-training seed S > 0 appends S (3m1)."""
+        letter = {"bert": "", "electra_mlm": "x"}.get(model, model[0])
+        return "3" + letter + (str(seed) if seed else "")
 
-    def _pretrain_line(self, model: str, p: dict) -> str:
+    def _pretrain_line(self, p: dict) -> str:
         final, base = p.get("final", {}), p.get("baseline", {})
         nan = float("nan")
-        key = self.pretrain_key(model)
-        head = (f"| {key}. pre-training, tiny {model.upper()}, {p.get('steps')} steps × {p.get('batch')} × "
+        model = p.get("model", "bert")
+        key = self.pretrain_key(model, p.get("seed", 0))
+        seed = f", seed {p['seed']}" if len([r for r in self.pretrain.values() if r.get("model") == model]) > 1 else ""
+        head = (f"| {key}. pre-training, tiny {self.NAMES[model]}{seed}, {p.get('steps')} steps × {p.get('batch')} × "
                 f"{p.get('seq_len')}, ")
-        if model == "electra":
+        if model.startswith("electra"):
             loss, entropy = final.get("mlm_loss", nan), final.get("mlm_unigram_entropy", nan)
             verdict = "below" if loss < entropy else "above"
             result = (f"the discriminator's held-out AUC **{final.get('rtd_auc', nan):.3f}** (BCE "
@@ -209,9 +224,11 @@ class Report:
                       f"sampled accuracy {final.get('mlm_sampled_accuracy', nan):.4f}")
             return (f"{head}generator MLM + 50 × replaced-token detection | {result}{self._reused(key)} | | "
                     f"{self._times(key)} |")
-        return (f"{head}MLM + NSP | MLM accuracy **{final.get('mlm_accuracy', nan):.3f}** on held-out "
-                f"documents vs. unigram baseline {base.get('accuracy', nan):.3f} (always `{base.get('token')}`); "
-                f"NSP accuracy {final.get('nsp_accuracy', nan):.3f}{self._reused(key)} | | {self._times(key)} |")
+        objective = "MLM + NSP" if model == "bert" else "MLM, 30% masked"
+        nsp = f"; NSP accuracy {final.get('nsp_accuracy', nan):.3f}" if model == "bert" else ""
+        return (f"{head}{objective} | MLM accuracy **{final.get('mlm_accuracy', nan):.3f}** on held-out "
+                f"documents vs. unigram baseline {base.get('accuracy', nan):.3f} (always `{base.get('token')}`)"
+                f"{nsp}{self._reused(key)} | | {self._times(key)} |")
 
     def _times(self, key: str) -> str:
         return f"{duration(self.seconds.get(key, 0))} | {duration(self.cpu.get(key, 0))}"
@@ -242,8 +259,6 @@ class Report:
 
     def markdown(self) -> str:
         v = self.vocab
-        p = self.pretrain.get("bert") or next(iter(self.pretrain.values()), {})
-        base = p.get("baseline", {})
         lines = ["# bert-jax demo results", "",
                  f"Machine: {machine()}. {datetime.date.today().isoformat()}.",
                  "Command: `" + " ".join(["python -m bert_jax.demo", *self.argv]) + "`", "",
@@ -253,39 +268,45 @@ class Report:
                      f"{self._times('1')} |")
         lines.append(f"| 2. WordPiece vocabulary | {v.get('vocab_size', 0):,} tokens from {v.get('sentences', 0):,} "
                      f"sentences ([UNK] rate {v.get('unk_rate', 0):.2%}){self._reused('2')} | | {self._times('2')} |")
-        lines += [self._pretrain_line(model, run) for model, run in self.pretrain.items()]
+        lines += [self._pretrain_line(run) for run in self.pretrain.values()]
         for i, row in enumerate(self.finetune):
-            key = f"4{'abcde'[i]}"
+            key = finetune_key(i)
             lines.append(f"| {key}. fine-tune {row['label']} | {self._row_text(row)}{self._reused(key)} | "
                          f"{self._probe_text(row)} | {self._times(key)} |")
-        keys = {row.get("key"): f"4{'abcde'[i]}" for i, row in enumerate(self.finetune)}
+        keys = {row.get("key"): finetune_key(i) for i, row in enumerate(self.finetune)}
         for c in self.comparisons:
-            lines.append(f"| {keys.get(c['row'], c['row'])} − {keys.get('scratch', 'scratch')}. pre-trained minus "
-                         f"scratch | dev accuracy **{c['difference']:+.3f}** [{c['low']:+.3f}, {c['high']:+.3f}]: "
-                         f"{c['level']:.0%} interval, paired bootstrap over the {c['n']:,} dev sentences | | | |")
+            rows = "+".join(keys.get(r, r) for r in c.get("rows", [c["row"]]))
+            what = "pre-trained minus scratch" if len(c.get("rows", [])) < 2 else (
+                f"**pooled** over {len(c['rows'])} pre-training seeds, minus scratch")
+            lines.append(f"| {rows} − {keys.get(c.get('scratch', 'scratch'), 'scratch')}. {what} | dev accuracy "
+                         f"**{c['difference']:+.3f}** [{c['low']:+.3f}, {c['high']:+.3f}]: {c['level']:.0%} interval, "
+                         f"paired bootstrap over the {c['n']:,} dev sentences | | | |")
         lines.append(f"| total | | | {self._times('total')} |")
         lines.append("")
-        for model, run in self.pretrain.items():
-            if model == "electra":
+        for run in self.pretrain.values():
+            model, base = run.get("model", "bert"), run.get("baseline", {})
+            name = self.NAMES[model] + (f" (seed {run['seed']})" if run.get("seed") else "")
+            if model.startswith("electra"):
                 loss = ", ".join(f"{s}: {a:.2f}" for s, a in run.get("loss_curve", []))
                 b = run.get("baseline", {})
                 more = (f" ({b['entropy']:.2f} over {b['masked_tokens']:,} masked positions of {b['eval_passes']} "
                         f"passes; {b['train_cross_entropy']:.2f} with the training documents' frequencies, add-one "
                         "smoothed)" if "train_cross_entropy" in b else "")
-                lines.append(f"ELECTRA: the generator's held-out loss during pre-training (step: nats): {loss}; the "
+                lines.append(f"{name}: the generator's held-out loss during pre-training (step: nats): {loss}; the "
                              f"masked tokens' unigram cross-entropy (the entropy of their frequencies in the same "
                              f"held-out batches) {run.get('final', {}).get('mlm_unigram_entropy', float('nan')):.2f}"
                              f"{more}. Sampled accuracy: how often the generator's sample is the original token.")
             else:
                 curve = ", ".join(f"{s}: {a:.3f}" for s, a in run.get("curve", []))
-                lines.append(f"{model.upper()}: MLM accuracy on the held-out documents during pre-training "
+                lines.append(f"{name}: MLM accuracy on the held-out documents during pre-training "
                              f"(step: accuracy): {curve}. The unigram baseline (always the token most often masked "
                              f"in training) is measured on {base.get('masked_tokens', 0):,} masked positions "
                              f"({base.get('eval_passes')} passes over the held-out documents, dynamic masks).")
             if run.get("auc_curve"):
                 auc = ", ".join(f"{s}: {a:.3f}" for s, a in run["auc_curve"])
-                lines.append(f"{model.upper()}: the discriminator's held-out AUC (step: AUC): {auc}.")
+                lines.append(f"{name}: the discriminator's held-out AUC (step: AUC): {auc}.")
         lines.append("")
+        lines += self.curve
         if self.dev:
             lines += [f"Sentiment task: {self.dev['train']:,} training, {self.dev.get('validation', 0):,} validation "
                       f"(every 10th training sentence: where the fine-tuning learning rate was chosen, "
@@ -293,12 +314,14 @@ class Report:
                       f"recipe was chosen on it earlier: docs/records.md, \"Choices made on dev before the "
                       f"validation split\"); always answering the majority class scores {self.dev['majority']:.3f} "
                       f"on dev.", ""]
-        for c in self.comparisons:
+        if self.comparisons:
+            c = self.comparisons[0]
             lines += [f"Pre-trained minus scratch: the difference of the rows' dev accuracies, each dev sentence's "
-                      f"correctness averaged over each row's seeds ({c['seeds']} and {c['scratch_seeds']}); the "
-                      f"interval: {c['resamples']:,} resamples of the {c['n']:,} sentences with replacement "
-                      f"(numpy, seed {c['bootstrap_seed']}), which covers the sentences' sampling, not the "
-                      f"pre-training seed's.", ""]
+                      f"correctness averaged over each row's fine-tuning seeds; pooled: averaged over every "
+                      f"pre-training and fine-tuning seed of the model. The interval: {c['resamples']:,} resamples "
+                      f"of the {c['n']:,} sentences with replacement (numpy, seed {c['bootstrap_seed']}); a single "
+                      f"pre-training seed's covers the sentences' sampling only, the pooled one averages the "
+                      f"pre-training runs it holds.", ""]
         if any(row.get("probe") for row in self.finetune):
             lines += ["Frozen features: the dev accuracy of a logistic regression on each row's *starting* encoder, "
                       "weights untouched (`python -m bert_jax.finetuning.probe`): the last four hidden layers "

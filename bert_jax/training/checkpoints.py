@@ -231,17 +231,26 @@ def require_storage_access(workdir: str | os.PathLike) -> None:
 
 def _orbax_warnings_only(record: logging.LogRecord) -> bool:
     """Orbax logs every save and restore at INFO through absl (dozens of lines a checkpoint): its
-    warnings and errors are kept."""
-    return record.levelno >= logging.WARNING or "orbax" not in record.pathname
+    warnings and errors are kept, except "Metadata file does not exist" for an item of a step
+    (``<step>/state``): the manager writes that file for the step, one directory up, and an item read
+    on its own (`read_tree`) looks for it in vain."""
+    if "orbax" not in record.pathname:
+        return True
+    return record.levelno >= logging.WARNING and not record.getMessage().startswith("Metadata file does not exist")
+
+
+def quiet_orbax() -> None:
+    """Installs `_orbax_warnings_only` on absl's logger (once)."""
+    absl = logging.getLogger("absl")
+    if _orbax_warnings_only not in absl.filters:
+        absl.addFilter(_orbax_warnings_only)
 
 
 class Checkpointer:
     """A thin wrapper over ``ocp.CheckpointManager`` for the trainer."""
 
     def __init__(self, workdir: str | Path, *, keep: int = 3, async_save: bool = True):
-        absl = logging.getLogger("absl")
-        if _orbax_warnings_only not in absl.filters:
-            absl.addFilter(_orbax_warnings_only)
+        quiet_orbax()
         self.directory = as_path(workdir) / "checkpoints"
         require_gcs_client(self.directory)
         options = ocp.CheckpointManagerOptions(
@@ -446,6 +455,7 @@ def read_tree(item: str | Path) -> dict[str, np.ndarray]:
     # Onto this process's host memory, whatever devices and processes wrote it (a pod's checkpoint
     # on one machine): the saved shardings name devices that may not exist here.
     host = jax.sharding.SingleDeviceSharding(jax.local_devices(backend="cpu")[0])
+    quiet_orbax()
     with ocp.StandardCheckpointer() as ckptr:
         tree = ckptr.metadata(item).item_metadata.tree
         restored = ckptr.restore(item, jax.tree.map(

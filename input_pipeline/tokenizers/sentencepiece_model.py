@@ -18,6 +18,7 @@ mark) continues the previous word; special pieces never do.
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -91,9 +92,10 @@ class SentencePieceTokenizer(BertPairEncoding):
         # The model lower-cases iff its normalisation rule folds case (nmt_nfkc_cf, nfkc_cf).
         self.lower_case = proto.normalizer_spec.name.endswith("_cf")
         self._tokenizer = tf_text.SentencepieceTokenizer(model=data, out_type=tf.int32)
+        # A partial: one tokenizer's trace is not counted with every other's (wordpiece.py says why).
         self._tokenize_graph = tf.function(
-            self._tokenizer.tokenize, input_signature=[tf.TensorSpec([None], tf.string)],
-            autograph=False)
+            functools.partial(tf_text.SentencepieceTokenizer.tokenize, self._tokenizer),
+            input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
         self._continuation = tf.constant(
             [not p.startswith(WORD_START) and i not in special for i, p in enumerate(self.vocab)],
             tf.bool)

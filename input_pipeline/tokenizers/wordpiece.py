@@ -142,8 +142,11 @@ class WordPieceTokenizer(BertPairEncoding):
             max_bytes_per_word=4 * MAX_CHARS_PER_WORD + 1, token_out_type=tf.int32,
             no_pretokenization=True,
         )
+        # A partial, not the bound method: tf.function counts traces per function's code, so every
+        # tokenizer's one trace would add up to TensorFlow's "retracing" warning; a partial counts alone.
         self._tokenize_graph = tf.function(
-            self._tokenize, input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
+            functools.partial(WordPieceTokenizer._tokenize, self), input_signature=[tf.TensorSpec([None], tf.string)],
+            autograph=False)
         self._continuation = tf.constant([t.startswith(SUFFIX) for t in self.vocab], tf.bool)
         self._lower_table = self._lower_fix = None
         patch = _lowercase_patch() if self.lower_case else {}

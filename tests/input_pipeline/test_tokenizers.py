@@ -238,3 +238,17 @@ def test_vocab_reader_drops_bom_and_crlf(tmp_path):
     path = tmp_path / "crlf.txt"
     path.write_bytes(b"\xef\xbb\xbf" + b"\r\n".join(t.encode() for t in SPECIALS + ["a"]) + b"\r\n")
     assert load_vocab(path) == SPECIALS + ["a"]
+
+
+def test_many_tokenizers_trace_without_tensorflows_retracing_warning(tmp_path, caplog):
+    """Each fine-tuning run opens the vocabulary again: seven tokenizers, each traced twice, log no
+    "triggered tf.function retracing" warning (TensorFlow counts traces per function's code)."""
+    import logging
+
+    vocab = write_vocab(tmp_path, SPECIALS + ["hello", "world", "##s"])
+    with caplog.at_level(logging.WARNING, logger="tensorflow"):
+        for _ in range(7):
+            tok = WordPieceTokenizer(vocab)
+            assert tok.tokenize(tf.constant(["hello worlds"])).to_list() == [[5, 6, 7]]
+            tok.tokenize(tf.constant(["hello", "world"]))
+    assert not [r for r in caplog.records if "retracing" in r.getMessage()]

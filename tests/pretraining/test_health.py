@@ -363,6 +363,7 @@ def _train_and_watch(c, capsys) -> tuple[list[dict], list[str]]:
     return evals, [line for line in out.splitlines() if line.startswith("WARNING: the representation collapsed")]
 
 
+@pytest.mark.slow  # ~10 s: a real run; the signs and warnings themselves: the tests above
 def test_old_electra_runlocal_recipe_is_flagged(load_config, capsys):
     """~30 s on 2 cores. The recipe before issue 28 on a language with structure: every token's
     last-layer vector the same by step 20 (the discriminator predicts the replaced fraction only),

@@ -58,6 +58,7 @@ def test_input_errors_reach_the_training_loop():
         DevicePrefetch(Counting(), jax.device_put, size=0)
 
 
+@pytest.mark.slow  # ~11 s: two trainer runs; the queue's order and errors: the tests above
 def test_trainer_same_with_and_without_prefetch(tmp_path, tiny_config):
     """Prefetching changes no number. (Resuming with it, which needs the position of the batches
     consumed rather than read ahead, is tests/test_trainer.py's test_resume_is_exact: its config

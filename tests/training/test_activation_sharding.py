@@ -61,6 +61,7 @@ def _temporaries(load_config, mesh_shape, arg="size=tiny", activation_rules=True
     return compiled.memory_analysis().temp_size_in_bytes
 
 
+@pytest.mark.slow  # ~20 s: two compiles on 8 devices; the rules themselves: the two tests above
 def test_fsdp_needs_no_more_temporaries_than_data_parallel(load_config):
     """~20 s on 2 cores (three compiles). Measured 2026-11-26: tiny, batch 64 x 128, vocabulary 1,000:
     data parallel 37.7 MiB, FSDP 36.0 MiB, FSDP without the activation rules 170.6 MiB."""

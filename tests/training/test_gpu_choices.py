@@ -27,7 +27,8 @@ LOSS_TOLERANCE, GRAD_TOLERANCE = 1e-2, 4e-2
 @pytest.mark.parametrize("family,fields,calls", [
     ("bert", {}, set()),  # attention dropout 0.1: the explicit path, no fused kernel
     ("bert", {"attention_dropout_prob": 0.0}, {"cudnn"}),
-    ("modernbert", {}, {"cudnn", "xla"})])
+    # ~10 s; ModernBERT's encoder on the routed cuDNN path: tests/model/test_cudnn_path.py
+    pytest.param("modernbert", {}, {"cudnn", "xla"}, marks=pytest.mark.slow)])
 def test_gpu_resolved_step_matches_the_cpu_float32_step(family, fields, calls, cudnn_routed_to_xla):
     gpu = resolved(family, "gpu", **fields)
     assert (gpu.dtype, gpu.attention_impl, gpu.scan_layers, gpu.dropout_impl) == ("bfloat16", "cudnn", False, "jax")

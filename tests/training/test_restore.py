@@ -170,3 +170,20 @@ def test_a_workdir_of_another_model_is_refused_before_the_job_writes(tmp_path, t
                        r"model.hidden_size 128 → 256, model.num_layers 2 → 4, model.num_heads 2 → 4, "
                        r"model.intermediate_size 512 → 1024; use another --workdir"):
         refuse_another_model(tmp_path, config.restore, described_model(config.model, vocab_size=30522))
+
+
+def test_reading_one_item_of_a_step_logs_no_metadata_warning(two_checkpoints, caplog):
+    """`read_tree` of ``<step>/state`` (how fine-tuning reads a pre-training workdir) restores the
+    arrays without Orbax's "Metadata file does not exist" warning: the manager keeps that file one
+    directory up. Orbax's other warnings still pass (`_orbax_warnings_only`)."""
+    import logging
+
+    from bert_jax.training import checkpoints
+
+    with caplog.at_level(logging.WARNING):
+        tree = checkpoints.read_tree(two_checkpoints.directory / "2" / "state")
+    np.testing.assert_array_equal(tree["params/w"], _state(2)["params"]["w"])
+    assert not [r for r in caplog.records if "Metadata file does not exist" in r.getMessage()]
+    kept = logging.LogRecord("absl", logging.WARNING, "/x/orbax/checkpoint/a.py", 1, "Failed to read %s", ("f",), None)
+    info = logging.LogRecord("absl", logging.INFO, "/x/orbax/checkpoint/a.py", 1, "Wrote %s", ("f",), None)
+    assert checkpoints._orbax_warnings_only(kept) and not checkpoints._orbax_warnings_only(info)
