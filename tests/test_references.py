@@ -1,13 +1,12 @@
 """Every dotted name of the project that the docs or a docstring write in backticks
 (`bert_jax.training.steps.jit_steps`, `input_pipeline.pretraining.batch`) and every file path they write
-so (`bert_jax/training/steps.py`) names something that exists: a module that imports, then attributes
-found by ``getattr``; a file in the repository. A module moved or a function renamed fails here with
-the page and line that still name the old one."""
+so (`bert_jax/training/steps.py`) names something that exists: a module of the repository, then names
+its source binds (read with ``ast``, nothing imported); a file in the repository. A module moved or a
+function renamed fails here with the page and line that still name the old one."""
 
 from __future__ import annotations
 
 import ast
-import importlib
 import re
 from pathlib import Path
 
@@ -55,20 +54,57 @@ def texts(paths: list[Path]) -> list[tuple[str, str]]:
     return out
 
 
+def module_file(dotted: str) -> Path | None:
+    """The source file of a project module (``a/b.py`` or ``a/b/__init__.py``), None if there is none."""
+    base = ROOT.joinpath(*dotted.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def defined_names(body: list[ast.stmt]) -> dict[str, ast.AST]:
+    """Names a module or class body binds: functions, classes, assignments, imports (re-exports),
+    and names bound under ``if``/``try`` at that level."""
+    out: dict[str, ast.AST] = {}
+    for node in body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            out[node.name] = node
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                out.update({n.id: node for n in ast.walk(target) if isinstance(n, ast.Name)})
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            out.update({(a.asname or a.name).split(".")[0]: node for a in node.names})
+        elif isinstance(node, ast.If | ast.Try | ast.With):
+            for block in ("body", "orelse", "finalbody", "handlers"):
+                for inner in getattr(node, block, []) or []:
+                    out.update(defined_names(getattr(inner, "body", None) or [inner]))
+    return out
+
+
 def resolves(dotted: str) -> bool:
-    """Whether ``dotted`` is a module that imports, or attributes of the longest such module."""
+    """Whether ``dotted`` is a project module, or names bound in the longest such module (a class's
+    attributes through its body), read from the source without importing it: the first attribute
+    must be bound in the module; past a class, its body; past anything else (an instance, a
+    re-export), the rest is taken as written."""
     parts = dotted.split(".")
     for i in range(len(parts), 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:i]))
-        except ModuleNotFoundError as e:
-            if e.name is not None and not ".".join(parts[:i]).startswith(e.name):
-                raise  # a module that exists failed to import one of its own: not a stale name
+        path = module_file(".".join(parts[:i]))
+        if path is None:
             continue
+        node: ast.AST = ast.parse(path.read_text(encoding="utf-8"))
         for attr in parts[i:]:
-            if not hasattr(obj, attr):
+            body = getattr(node, "body", None)
+            if not isinstance(node, ast.Module | ast.ClassDef) or body is None:
+                return True
+            names = defined_names(body)
+            if isinstance(node, ast.ClassDef):  # dataclass fields, attributes set in __init__
+                init = names.get("__init__")
+                names.update({t.attr: init for t in ast.walk(init) if isinstance(t, ast.Attribute)} if init else {})
+            if attr not in names:
                 return False
-            obj = getattr(obj, attr)
+            node = names[attr]
         return True
     return False
 

@@ -165,10 +165,12 @@ def test_report_table(tmp_path):
     r.data = {"corpus": "pkg:wikipedia", "task_file": "pkg:movie_reviews"}
     r.vocab = {"vocab_size": 7602, "sentences": 18169, "unk_rate": 0.0}
     baseline = {"token": "the", "accuracy": 0.0497, "masked_tokens": 56000, "eval_passes": 5}
-    r.pretrain = {"bert": {"model": "bert", "steps": 10, "batch": 64, "seq_len": 128, "dir": str(tmp_path / "pretrain-10"),
+    r.pretrain = {"bert": {"model": "bert", "steps": 10, "batch": 64, "seq_len": 128,
+                           "dir": str(tmp_path / "pretrain-10"),
                            "curve": [[5, 0.05], [10, 0.11]], "final": {"mlm_accuracy": 0.11, "nsp_accuracy": 0.6},
                            "baseline": baseline},
-                  "electra": {"model": "electra", "steps": 8, "batch": 64, "seq_len": 128, "dir": str(tmp_path / "pretrain-electra-8"),
+                  "electra": {"model": "electra", "steps": 8, "batch": 64, "seq_len": 128,
+                              "dir": str(tmp_path / "pretrain-electra-8"),
                               "curve": [[8, 0.07]], "auc_curve": [[0, 0.5], [8, 0.81]], "baseline": baseline,
                               "loss_curve": [[0, 9.1], [8, 8.0]],
                               "final": {"mlm_accuracy": 0.07, "rtd_accuracy": 0.9, "rtd_replaced_fraction": 0.12,
