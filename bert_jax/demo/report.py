@@ -310,9 +310,10 @@ class Report:
         if self.dev:
             lines += [f"Sentiment task: {self.dev['train']:,} training, {self.dev.get('validation', 0):,} validation "
                       f"(every 10th training sentence: where the fine-tuning learning rate was chosen, "
-                      f"`--select_lr`) and {self.dev['dev']:,} dev sentences (reported here; the pre-training "
-                      f"recipe was chosen on it earlier: docs/records.md, \"Choices made on dev before the "
-                      f"validation split\"); always answering the majority class scores {self.dev['majority']:.3f} "
+                      f"`--select_lr`, and the pre-training model) and {self.dev['dev']:,} dev sentences (reported "
+                      f"here; the classifier's pooling and the fine-tuning budget were chosen on it earlier: "
+                      f"docs/records.md, \"Choices made on dev before the validation split\"); always answering the "
+                      f"majority class scores {self.dev['majority']:.3f} "
                       f"on dev.", ""]
         if self.comparisons:
             c = self.comparisons[0]

@@ -210,7 +210,7 @@ def test_report_table(tmp_path):
     assert "| 4a − 4b. pre-trained minus scratch | dev accuracy **+0.022** [+0.010, +0.034]: 95% interval, " \
            "paired bootstrap over the 1,054 dev sentences |" in text
     assert "8,563 training, 951 validation" in text
-    assert "1,054 dev sentences (reported here; the pre-training recipe was chosen on it earlier" in text
+    assert "1,054 dev sentences (reported here; the classifier's pooling and the fine-tuning budget were chosen" in text
     assert "ELECTRA: the discriminator's held-out AUC (step: AUC): 0: 0.500, 8: 0.810." in text
     assert "| 1 min 14 s |" in text and "`pretrain-electra-8/`" in text
     assert "majority class scores 0.506" in text and f"tensorboard --logdir {tmp_path}" in text
@@ -350,7 +350,8 @@ def test_select_lr_scores_validation_and_the_table_scores_dev(tmp_path, monkeypa
     def fake_run(config, workdir):
         seen.append((config.task.eval_splits, config.task.validation_every, config.optimizer.learning_rate))
         split = config.task.eval_splits
-        accuracy = {1e-4: 0.70, 2e-4: 0.72, 5e-4: 0.71}[config.optimizer.learning_rate] + (0.01 if config.init_checkpoint else 0)
+        accuracy = {1e-4: 0.70, 2e-4: 0.72, 5e-4: 0.71}[config.optimizer.learning_rate]
+        accuracy += 0.01 if config.init_checkpoint else 0
         results = {"seeds": [0], "per_seed": [{split: {"accuracy": accuracy}}], "summary": {}}
         (workdir / "results.json").write_text(json.dumps(results) + "\n")
         return results
