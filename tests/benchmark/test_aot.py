@@ -266,6 +266,7 @@ def test_tiny_pretraining_step_compiles_for_a_v5e_slice():
 
 
 @needs_libtpu
+@pytest.mark.slow  # ~15 s: a second TPU compile; the pre-training step's compile is the fast guard
 def test_tiny_fine_tuning_step_compiles_for_one_v5e_chip():
     config = aot.load_config("configs/glue.py:task=rte", ["--config.model.size=tiny", "--config.max_seq_length=64"])
     chip, _, devices = aot.tpu_devices("v5e-1")

@@ -104,7 +104,8 @@ def test_scanned_and_unrolled_compute_the_same():
     np.testing.assert_allclose(run(remat, ids, mask, seg), run(unrolled, ids, mask, seg), atol=1e-6)
 
 
-@pytest.mark.parametrize("scan", [True, False], ids=["scanned", "unrolled"])
+# unrolled: ~9 s; its layers' windows also in tests/model/test_cudnn_path.py (unrolled, ModernBERT)
+@pytest.mark.parametrize("scan", [True, pytest.param(False, marks=pytest.mark.slow)], ids=["scanned", "unrolled"])
 def test_windows_positions_and_the_first_norm(scan):
     """A window as wide as the row is global attention (a narrow one is not); rotary outputs do not move with a constant
     shift of the positions (absolute ones do); layer 0's attention norm gets no gradient."""
