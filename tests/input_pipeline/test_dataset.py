@@ -194,6 +194,7 @@ def test_clear_errors(pretraining_data, tmp_path, pretraining_config):
         next(make_pretraining_dataset(config(data, shard), batch_size=10_000))
 
 
+@pytest.mark.slow  # ~19 s: the benchmark's command end to end; the dataset itself: the tests above
 def test_benchmark_main(pretraining_data):
     data = pretraining_data
     result = benchmark.main(["--source", str(data / "corpus" / "*.txt"), "--vocab", str(data / "vocab.txt"),

@@ -25,7 +25,8 @@ LOSS_TOLERANCE, GRAD_TOLERANCE = 1e-2, 4e-2
 
 
 @pytest.mark.parametrize("family,fields,calls", [
-    ("bert", {}, set()),  # attention dropout 0.1: the explicit path, no fused kernel
+    # ~18 s; attention dropout 0.1: the explicit path, no fused kernel (the CPU's own step tests run it)
+    pytest.param("bert", {}, set(), marks=pytest.mark.slow),
     ("bert", {"attention_dropout_prob": 0.0}, {"cudnn"}),
     # ~10 s; ModernBERT's encoder on the routed cuDNN path: tests/model/test_cudnn_path.py
     pytest.param("modernbert", {}, {"cudnn", "xla"}, marks=pytest.mark.slow)])
