@@ -295,7 +295,8 @@ def pretrain(args, vocab: str, report, model: str = "bert", corpus: str | None =
     corpus = corpus or args.corpus
     overrides = {"data.input": corpus, "data.vocab": vocab}
     if model in STARTS_FROM:
-        overrides["init_checkpoint"] = str(report.pretrain_dirs[STARTS_FROM[model], seed])
+        overrides["init_checkpoint"] = next(run["dir"] for run in report.pretrain.values()
+                                            if (run["model"], run["seed"]) == (STARTS_FROM[model], seed))
     config, _ = load_config("demo", arg, overrides)
     steps = config.num_train_steps
     name = (f"pretrain-{steps}" if model == "bert" else f"pretrain-{model}-{steps}") + (f"-seed{seed}" if seed else "")
@@ -331,7 +332,6 @@ def pretrain(args, vocab: str, report, model: str = "bert", corpus: str | None =
             shutil.rmtree(stale, ignore_errors=True)
     evals = read_metrics(st.dir, "eval")
     curve = {r["step"]: r for r in evals}  # a resumed run may have logged a step twice
-    report.pretrain_dirs[model, seed] = st.dir
     report.pretrain[name] = {"model": model, "seed": seed, "dir": str(st.dir), "steps": steps,
                              "batch": config.batch_size, "seq_len": config.data.max_seq_length,
                              "lr": config.optimizer.learning_rate,

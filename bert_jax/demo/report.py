@@ -184,7 +184,6 @@ class Report:
     vocab: dict = dataclasses.field(default_factory=dict)
     task_text: dict = dataclasses.field(default_factory=dict)  # the task's unlabelled training sentences, if used
     pretrain: dict = dataclasses.field(default_factory=dict)  # run's directory name -> its pre-training run
-    pretrain_dirs: dict = dataclasses.field(default_factory=dict)  # (model, seed) -> its workdir
     finetune: list = dataclasses.field(default_factory=list)
     dev: dict = dataclasses.field(default_factory=dict)  # sizes / majority class of the dev split
     reused: set = dataclasses.field(default_factory=set)  # stages whose results were already there
