@@ -127,7 +127,8 @@ def get_config(arg=None):
 
 
 def runlocal(c, args):
-    """Batch 32, 600 steps, 10% warmup; each recipe's rate and size (docs/records.md, "The runlocal recipes")."""
+    """Batch 32, 600 steps (ModernBERT 1,000), 10% warmup; each recipe's rate and size (docs/records.md,
+    "The runlocal recipes")."""
     m, d, o = c.model, c.data, c.optimizer
     m.size, c.batch_size, c.num_train_steps = "tiny", 32, 600
     d.update(input="pkg:wikipedia", vocab="pkg:minilm/vocab.txt", eval_fraction=0.05, masking="dynamic",
@@ -151,6 +152,8 @@ def runlocal(c, args):
         o.update(optimizer="adamw", bias_correction=True, b2=0.98, weight_decay=1e-5, schedule="wsd", decay_steps=150)
     if args.model == "modernbert":  # 1e-3, its last 150 steps decaying: length 128, 38 predictions (30%)
         m.size, d.max_seq_length, d.max_predictions_per_seq, o.decay_steps = "modernbert-tiny", 128, 38, 150
+        # 1,000 steps: its paper's recipe reaches at 1,000 what AdamW reached at 600 (4.1x the unigram baseline)
+        c.num_train_steps, o.num_train_steps, o.warmup_steps = 1000, 1000, 100
 
 
 def modernbert_phase(c, args):

@@ -1,8 +1,8 @@
 """Every ``runlocal`` recipe learns within its smoke budget (slow: a few CPU minutes each).
 
 ``python train.py --config configs/pretrain.py:[model=M,]runlocal``, run as the README shows it, must
-end with a held-out masked-LM accuracy of at least 1.5x the unigram baseline (always predicting the
-token most often masked in the training split, measured on the same held-out documents and masks:
+end with a held-out masked-LM accuracy of at least 1.5x (ModernBERT: 4x) the unigram baseline (always
+predicting the token most often masked in the training split, measured on the same held-out documents and masks:
 `bert_jax.demo.report.unigram_baseline`, as the demo measures it), with no collapse warning. ELECTRA
 trains jointly from a discriminator encoder warm-started on ModernBERT's runlocal workdir: its held-out AUC
 must reach 0.75 against its own generator and 0.7 against samples of the unigram distribution (where
@@ -65,8 +65,8 @@ def test_runlocal_learns(model, load_config, tmp_path, modernbert, wikipedia_dum
                                                k=0.1, seed=0, discriminator=str(workdir))
         print(f"electra against unigram samples: {against_unigram}")
         assert against_unigram["discriminator_auc"] >= 0.7, against_unigram
-    else:
-        assert accuracy >= 1.5 * baseline, (accuracy, baseline)
+    else:  # ModernBERT: what the former AdamW recipe reached at 600 steps (4.1x), its paper's recipe at 1,000
+        assert accuracy >= (4.0 if model == "modernbert" else 1.5) * baseline, (accuracy, baseline)
 
 
 def _detectors():
@@ -83,7 +83,7 @@ def test_runlocal_modernbert_fine_tunes_on_the_reviews(load_config, tmp_path, mi
     command (configs/sentiment.py with init_checkpoint = the workdir) and beats the majority class."""
     pretrain = load_config("pretrain", "model=modernbert,runlocal")
     pretrain.num_train_steps = pretrain.optimizer.num_train_steps = 200
-    pretrain.optimizer.decay_steps = 50
+    pretrain.optimizer.decay_steps, pretrain.optimizer.warmup_steps = 50, 60
     launch.run(pretrain, tmp_path / "pretrained")
     config = load_config("sentiment", "lr=2e-4")
     config.init_checkpoint = str(tmp_path / "pretrained")
