@@ -17,6 +17,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 if os.environ.get("BERT_JAX_GPU_TESTS") != "1":  # tests/gpu/ runs on a GPU only when asked to
     os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")  # tests never touch an accelerator
 
+import gc  # noqa: E402
 import importlib.util  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import NoReturn  # noqa: E402
@@ -52,6 +53,38 @@ def shared_compilation_cache(tmp_path_factory):
     jax.config.update("jax_compilation_cache_dir", where)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
     jax.config.update("jax_compilation_cache_max_size", 2 * 2**30)
+
+
+FULL_GC_ABOVE_GIB = 6  # a worker's resident memory above which a module's end runs a full collection
+
+
+def pytest_collection_finish(session):
+    """No automatic full (generation-2) garbage collections in the test processes; the objects of the
+    imports and the collection are frozen out of every later one. A full collection over a worker's
+    1-2 million objects costs 1-1.5 s, and one that frees a tf.data iterator left in a reference cycle
+    by an earlier test has waited 10-39 s on the iterator's threads with the process idle (the whole
+    suite: about 80 s of CPU and 1-2 such stalls a run; docs/records.md, "Full garbage collections in
+    the test workers"). Collections of the young generations still run; `full_collection_when_large`
+    bounds the memory that cyclic garbage keeps."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(gc.get_threshold()[0], gc.get_threshold()[1], 10**9)
+
+
+def _resident_gib() -> float:
+    try:
+        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**30
+    except (OSError, ValueError):  # not Linux: no figure, no collection
+        return 0.0
+
+
+@pytest.fixture(scope="module", autouse=True)
+def full_collection_when_large():
+    """After a test module: a full garbage collection if the worker holds more than FULL_GC_ABOVE_GIB
+    (the fast suite's workers peaked at 4.7 and 5.4 GiB without any; long slow runs stay bounded)."""
+    yield
+    if _resident_gib() > FULL_GC_ABOVE_GIB:
+        gc.collect()
 
 
 @pytest.fixture(scope="session", autouse=True)
