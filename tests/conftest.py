@@ -1,5 +1,5 @@
-"""Shared test set-up: 8 fake CPU devices (set before JAX initialises), one compilation cache, the
-real-data policy, and fixtures that several test packages use.
+"""Shared test set-up: 8 fake CPU devices (set before JAX initialises), one compilation cache, no
+automatic full garbage collections, the real-data policy, and fixtures that several test packages use.
 
 Test modules never import each other (nor this file): what they share is a fixture, here, in a
 package's conftest.py, or in the fixture modules under tests/fixtures/ registered below.
@@ -63,12 +63,13 @@ def pytest_collection_finish(session):
     imports and the collection are frozen out of every later one. A full collection over a worker's
     1-2 million objects costs 1-1.5 s, and one that frees a tf.data iterator left in a reference cycle
     by an earlier test has waited 10-39 s on the iterator's threads with the process idle (the whole
-    suite: about 80 s of CPU and 1-2 such stalls a run; docs/records.md, "Full garbage collections in
-    the test workers"). Collections of the young generations still run; `full_collection_when_large`
+    suite: about 80 s of the workers' time, 1-2 such stalls a run; docs/records.md, "Full garbage
+    collections in the test workers"). Collections of the young generations still run; `full_collection_when_large`
     bounds the memory that cyclic garbage keeps."""
     gc.collect()
     gc.freeze()
-    gc.set_threshold(gc.get_threshold()[0], gc.get_threshold()[1], 10**9)
+    young, middle, _ = gc.get_threshold()
+    gc.set_threshold(young, middle, 10**9)
 
 
 def _resident_gib() -> float:
