@@ -64,8 +64,8 @@ def pytest_collection_finish(session):
     1-2 million objects costs 1-1.5 s, and one that frees a tf.data iterator left in a reference cycle
     by an earlier test has waited 10-39 s on the iterator's threads with the process idle (the whole
     suite: about 80 s of the workers' time, 1-2 such stalls a run; docs/records.md, "Full garbage
-    collections in the test workers"). Collections of the young generations still run; `full_collection_when_large`
-    bounds the memory that cyclic garbage keeps."""
+    collections in the test workers"). Collections of the young generations still run;
+    `full_collection_when_large` bounds the memory that cyclic garbage keeps."""
     gc.collect()
     gc.freeze()
     young, middle, _ = gc.get_threshold()
