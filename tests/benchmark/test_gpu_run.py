@@ -8,6 +8,22 @@ import pytest
 from tests.gpu import run as gpu_run
 
 
+@pytest.fixture(autouse=True)
+def worker_compilation_cache():
+    """The worker's compilation cache back after each test. `gpu_run.main` points JAX at the run's own
+    cache, and JAX puts that directory into every later program's cache key (its XLA cache options):
+    without this, every later compile in the worker misses the tests' shared cache."""
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache
+
+    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
+    kept = {name: getattr(jax.config, name) for name in names}
+    yield
+    for name, value in kept.items():
+        jax.config.update(name, value)
+    compilation_cache.reset_cache()  # opened again, in the worker's directory, by the next compile
+
+
 @pytest.mark.slow  # ~20 s: the default step compiled and traced on the CPU
 def test_quick_run_writes_its_tables(tmp_path):
     out = tmp_path / "gpu"
