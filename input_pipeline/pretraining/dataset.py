@@ -22,8 +22,10 @@ With ``config.data.pack_examples`` K > 0 the masked examples are packed, up to K
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+from collections.abc import Callable
 
 import numpy as np
 import tensorflow as tf
@@ -122,6 +124,56 @@ def eval_repeats(config, processes: int = 1) -> str | None:
             "(create_pretraining_data --heldout_every)")
 
 
+@dataclasses.dataclass(frozen=True)
+class _Recipe:
+    """How `PretrainingData` makes its tf.data pipeline, without its position: the functions the
+    pipeline runs capture this, never the reader, so a reader and its iterator form no reference
+    cycle and the iterator (its buffers, its threads) goes when the reader does, not at some later
+    full garbage collection."""
+
+    make_epoch: Callable
+    batch_size: int
+    mask_cfg: masking.MaskingConfig | None
+    parse: Callable | None
+    continuation: Callable
+    seed: int
+    shuffle_buffer: int
+    block: tuple[int, int]
+
+    def one_epoch(self, epoch, skip_examples, whole: bool) -> tf.data.Dataset:
+        """(epoch, index [batch], records [batch]) of one epoch, its first ``skip_examples`` left
+        out; ``whole``: keep the epoch's last, short batch (for `chunks`) instead of dropping it."""
+        ds = self.make_epoch(epoch)
+        if self.shuffle_buffer > 1:
+            ds = ds.shuffle(self.shuffle_buffer, seed=self.seed * 7919 + epoch, reshuffle_each_iteration=False)
+        # Skip what was consumed before parsing and masking; index i keeps naming the same example.
+        i, n = self.block
+        ds = ds.enumerate().skip(skip_examples).batch(self.batch_size * n, drop_remainder=not whole)
+        if n > 1:  # this reader's rows of the global batch, before parsing and masking
+            lo, hi = i * self.batch_size, (i + 1) * self.batch_size
+            ds = ds.map(lambda index, x: (index[lo:hi], tf.nest.map_structure(lambda v: v[lo:hi], x)))
+        return ds.map(lambda index, x: (epoch, index, x))
+
+    def dataset(self, epoch: int, skip_examples: int, num_epochs: int, whole: bool = False) -> tf.data.Dataset:
+        first = tf.constant(epoch, tf.int64)
+        ds = self.one_epoch(first, skip_examples, whole)
+        if num_epochs > 1:
+            ds = ds.concatenate(tf.data.Dataset.range(epoch + 1, epoch + num_epochs).flat_map(
+                lambda e: self.one_epoch(e, 0, whole)))
+        ds = ds.map(self.prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        return ds.prefetch(tf.data.AUTOTUNE)
+
+    def prepare(self, epoch, index, x):
+        """epoch: scalar; index: [batch] int64 (position in the epoch); x: [batch] records or dict."""
+        features = self.parse(x) if self.parse is not None else x
+        cfg = self.mask_cfg
+        if cfg is not None:  # dynamic masking: row i gets example_seed(seed, epoch, i)
+            seeds = masking.example_seed(self.seed, epoch, index)  # [batch, 2]
+            ids = features["input_ids"]  # [batch, L]
+            features = masking.mask_example(features, seeds, cfg, self.continuation(ids) if cfg.word_level else None)
+        return epoch, index, features
+
+
 class PretrainingData:
     """An iterator of numpy batches (the `input_pipeline.pretraining.batch` layout) with ``state()`` /
     ``restore(state)``.
@@ -139,11 +191,13 @@ class PretrainingData:
         """``block`` (i, n): batches of ``batch_size * n`` examples are formed and this reader keeps
         their rows ``[i * batch_size, (i + 1) * batch_size)`` (process i of n: the same global
         batches for any n); (0, 1): every row."""
-        self._make_epoch, self.batch_size, self.mask_cfg, self._parse = make_epoch, batch_size, mask_cfg, parse
-        self.block = block
-        self._continuation, self.seed, self.shuffle_buffer = continuation, seed, shuffle_buffer
+        self._recipe = _Recipe(make_epoch, batch_size, mask_cfg, parse, continuation, seed, shuffle_buffer, block)
         self.epoch, self.batch = 0, 0
         self._it, self._it_end, self._it_batches = None, 0, 0
+
+    batch_size = property(lambda self: self._recipe.batch_size)
+    mask_cfg = property(lambda self: self._recipe.mask_cfg)
+    block = property(lambda self: self._recipe.block)
 
     def state(self) -> dict:
         return {"kind": "pretraining", "epoch": self.epoch, "batch": self.batch}
@@ -155,39 +209,6 @@ class PretrainingData:
         self.epoch, self.batch = int(state["epoch"]), int(state["batch"])
         self._it = None
 
-    def _one_epoch(self, epoch, skip_examples, whole: bool) -> tf.data.Dataset:
-        """(epoch, index [batch], records [batch]) of one epoch, its first ``skip_examples`` left
-        out; ``whole``: keep the epoch's last, short batch (for `chunks`) instead of dropping it."""
-        ds = self._make_epoch(epoch)
-        if self.shuffle_buffer > 1:
-            ds = ds.shuffle(self.shuffle_buffer, seed=self.seed * 7919 + epoch, reshuffle_each_iteration=False)
-        # Skip what was consumed before parsing and masking; index i keeps naming the same example.
-        i, n = self.block
-        ds = ds.enumerate().skip(skip_examples).batch(self.batch_size * n, drop_remainder=not whole)
-        if n > 1:  # this reader's rows of the global batch, before parsing and masking
-            lo, hi = i * self.batch_size, (i + 1) * self.batch_size
-            ds = ds.map(lambda index, x: (index[lo:hi], tf.nest.map_structure(lambda v: v[lo:hi], x)))
-        return ds.map(lambda index, x: (epoch, index, x))
-
-    def _dataset(self, epoch: int, skip_examples: int, num_epochs: int, whole: bool = False) -> tf.data.Dataset:
-        first = tf.constant(epoch, tf.int64)
-        ds = self._one_epoch(first, skip_examples, whole)
-        if num_epochs > 1:
-            ds = ds.concatenate(tf.data.Dataset.range(epoch + 1, epoch + num_epochs).flat_map(
-                lambda e: self._one_epoch(e, 0, whole)))
-        ds = ds.map(self._prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        return ds.prefetch(tf.data.AUTOTUNE)
-
-    def _prepare(self, epoch, index, x):
-        """epoch: scalar; index: [batch] int64 (position in the epoch); x: [batch] records or dict."""
-        features = self._parse(x) if self._parse is not None else x
-        cfg = self.mask_cfg
-        if cfg is not None:  # dynamic masking: row i gets example_seed(seed, epoch, i)
-            seeds = masking.example_seed(self.seed, epoch, index)  # [batch, 2]
-            ids = features["input_ids"]  # [batch, L]
-            features = masking.mask_example(features, seeds, cfg, self._continuation(ids) if cfg.word_level else None)
-        return epoch, index, features
-
     def chunks(self, epoch: int, skip_examples: int):
         """Every example from (epoch, skip_examples) on, epoch after epoch, none dropped: yields
         (epoch, index [n] int64, features {key: [n, ...]}) with n <= batch_size (an epoch's last
@@ -197,8 +218,8 @@ class PretrainingData:
             found = False
             # From the start of the global batch that holds example ``skip_examples``, so that every
             # block keeps its rows; this reader's examples before ``skip_examples`` are dropped.
-            for e, index, features in self._dataset(epoch, skip_examples // size * size, self.EPOCHS_PER_ITERATOR,
-                                                    whole=True):
+            for e, index, features in self._recipe.dataset(epoch, skip_examples // size * size,
+                                                           self.EPOCHS_PER_ITERATOR, whole=True):
                 found = True
                 index = index.numpy()
                 keep = index >= (skip_examples if int(e) == epoch else 0)
@@ -214,7 +235,7 @@ class PretrainingData:
         while True:
             if self._it is None:
                 n = self.EPOCHS_PER_ITERATOR
-                self._it = iter(self._dataset(self.epoch, self.batch * self.batch_size * self.block[1], n))
+                self._it = iter(self._recipe.dataset(self.epoch, self.batch * self.batch_size * self.block[1], n))
                 self._it_end, self._it_batches = self.epoch + n, 0
             try:
                 epoch, _, batch = next(self._it)

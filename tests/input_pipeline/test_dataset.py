@@ -2,8 +2,10 @@
 masking, eval split, exact resume across epochs, process sharding, errors; and the pipeline
 benchmark's entry point (not timed)."""
 
+import gc
 import re
 import shutil
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -83,6 +85,22 @@ def test_dynamic_masking(pretraining_data, pretraining_config, assert_batches_eq
     c.data.seed = 1
     other = epochs(make_pretraining_dataset(c, batch_size=B), 1)[0]
     assert rows(other) != rows(e0)
+
+
+def test_a_dropped_reader_takes_its_iterator_along(pretraining_data, pretraining_config):
+    """The tf.data functions capture the reader's recipe, not the reader: a reader that has read, once
+    dropped, goes at once with its iterator (buffers, threads), not at some later full garbage
+    collection."""
+    c = pretraining_config(pretraining_data, pretraining_data / "unmasked")  # dynamic masking: its map too
+    ds = make_pretraining_dataset(c, batch_size=B)
+    next(ds)
+    refs = weakref.ref(ds), weakref.ref(ds._it)
+    gc.disable()
+    try:
+        del ds
+        assert [r() is None for r in refs] == [True, True]
+    finally:
+        gc.enable()
 
 
 def test_dynamic_ngram_masking(pretraining_data, pretraining_config):
