@@ -168,7 +168,9 @@ def kernel_events(trace: dict) -> tuple[list[dict], str]:
             names[e["pid"]] = e["args"]["name"]
         if e.get("ph") == "M" and e.get("name") == "thread_name":
             threads[(e["pid"], e["tid"])] = e["args"]["name"]
-    devices = {p for p, n in names.items() if n.startswith("/device:") and "cpu" not in n.lower()}
+    # Not "/device:CUSTOM:..." (libtpu's Megascale trace, there wherever libtpu is installed, no kernels).
+    devices = {p for p, n in names.items()
+               if n.startswith("/device:") and not n.startswith("/device:CUSTOM:") and "cpu" not in n.lower()}
     xs = [e for e in trace["traceEvents"] if e.get("ph") == "X" and "dur" in e]
     if devices:
         line = lambda e: threads.get((e["pid"], e.get("tid")), "").lower()  # noqa: E731

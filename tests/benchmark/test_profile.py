@@ -108,6 +108,14 @@ def test_the_command_reduces_a_real_cpu_profile(tmp_path, capsys):
     assert "| matrix products |" in capsys.readouterr().out
 
 
+def test_a_cpu_trace_with_libtpus_megascale_process_is_read_as_the_host():
+    """Where libtpu is installed, a CPU trace also holds "/device:CUSTOM:Megascale Trace": no device."""
+    thunk = {"ph": "X", "pid": 7, "tid": 1, "name": "dot.3", "ts": 0, "dur": 5, "args": {"hlo_op": "dot.3"}}
+    trace = {"traceEvents": [{"ph": "M", "pid": 2, "name": "process_name", "args": {"name": "/device:CUSTOM:Megascale Trace"}},
+                             {"ph": "M", "pid": 7, "name": "process_name", "args": {"name": "/host:CPU"}}, thunk]}
+    assert profile.kernel_events(trace) == ([thunk], "host")
+
+
 def test_a_directory_without_a_profile_is_one_line(tmp_path, capsys):
     from input_pipeline.command_line import UserError
 
