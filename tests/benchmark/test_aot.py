@@ -312,6 +312,7 @@ def test_each_attention_variant_compiles_for_a_tpu(tmp_path):
 
 
 @needs_libtpu
+@pytest.mark.slow  # ~12 s: four TPU compiles; the attention subcommand's two compiles are the fast guard of parts
 def test_each_layer_part_compiles_for_a_tpu(tmp_path):
     rows = aot.main(["layer", "--topology", "v5e-1", "--size", "tiny", "--rows", "8", "--seq_len", "128",
                      "--output", str(tmp_path / "l.jsonl")])
