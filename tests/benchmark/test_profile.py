@@ -111,8 +111,8 @@ def test_the_command_reduces_a_real_cpu_profile(tmp_path, capsys):
 def test_a_cpu_trace_with_libtpus_megascale_process_is_read_as_the_host():
     """Where libtpu is installed, a CPU trace also holds "/device:CUSTOM:Megascale Trace": no device."""
     thunk = {"ph": "X", "pid": 7, "tid": 1, "name": "dot.3", "ts": 0, "dur": 5, "args": {"hlo_op": "dot.3"}}
-    trace = {"traceEvents": [{"ph": "M", "pid": 2, "name": "process_name", "args": {"name": "/device:CUSTOM:Megascale Trace"}},
-                             {"ph": "M", "pid": 7, "name": "process_name", "args": {"name": "/host:CPU"}}, thunk]}
+    process = lambda pid, name: {"ph": "M", "pid": pid, "name": "process_name", "args": {"name": name}}  # noqa: E731
+    trace = {"traceEvents": [process(2, "/device:CUSTOM:Megascale Trace"), process(7, "/host:CPU"), thunk]}
     assert profile.kernel_events(trace) == ([thunk], "host")
 
 
