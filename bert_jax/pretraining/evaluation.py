@@ -1,11 +1,11 @@
-"""Pre-training's held-out evaluation: what it reads (`eval_source`), its metrics over the same
-held-out batches each time (`held_out_metrics`, with the unigram reference of
+"""Pre-training's held-out evaluation: what it reads (`eval_source`), the same held-out batches each
+time (`HeldOutBatches`), their metrics (`held_out_metrics`, with the unigram reference of
 `bert_jax.pretraining.health`) and the step-0 evaluation a resumed run reads back (`step0_reference`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 
 import jax
 import numpy as np
@@ -36,18 +36,52 @@ def eval_source(config) -> str | None:
                      "to train without evaluation")
 
 
-def held_out_metrics(eval_fn, state, data, num_batches: int, mesh, rules,
-             interrupted: Callable[[], bool] = lambda: False, train_counts=None) -> dict | None:
-    """Held-out metrics over ``num_batches`` batches; None if ``interrupted()`` turns true on the way.
-    ``train_counts`` (the training batches' masked labels, `health.LabelCounts.counts`): adds
-    ``mlm_unigram_cross_entropy``, the held-out labels' loss under their frequencies."""
+class HeldOutBatches:
+    """The first ``num_batches`` batches of the held-out input ``data`` (a reader with ``state`` /
+    ``restore``), the same ones at every evaluation: a step's numbers then depend on its parameters
+    alone, not on how many evaluations came before it. The first complete pass keeps them in host
+    memory when they fit in ``max_bytes``; later passes replay them, and the reader (its tf.data
+    iterator: rebuilding one took ~2 s of each evaluation on 2 cores) is let go. Larger held-out
+    sets are read again from their start each time."""
+
+    MAX_BYTES = 1 << 30  # host memory for the kept batches (configs/pretrain.py's phase 2 on one host: ~90 MB)
+
+    def __init__(self, data, num_batches: int, max_bytes: int = MAX_BYTES):
+        self.data, self.num_batches, self.max_bytes = data, num_batches, max_bytes
+        self.start = data.state()
+        self.kept: list[dict] | None = None
+
+    def __iter__(self) -> Iterator[dict]:
+        if self.kept is not None:
+            yield from self.kept
+            return
+        if self.data.state() != self.start:
+            self.data.restore(self.start)
+        kept, size = [], 0
+        for _ in range(self.num_batches):
+            batch = next(self.data)
+            size += sum(np.asarray(v).nbytes for v in batch.values())
+            if size > self.max_bytes:
+                kept = None
+            elif kept is not None:
+                kept.append(batch)
+            yield batch
+        if kept is not None:  # a whole pass (an interrupted one stops above) that fits
+            self.kept, self.data = kept, None
+
+
+def held_out_metrics(eval_fn, state, batches: Iterable[dict], mesh, rules,
+                     interrupted: Callable[[], bool] = lambda: False, train_counts=None) -> dict | None:
+    """Held-out metrics over ``batches`` (e.g. `HeldOutBatches`); None if ``interrupted()`` turns true
+    on the way. ``train_counts`` (the training batches' masked labels, `health.LabelCounts.counts`):
+    adds ``mlm_unigram_cross_entropy``, the held-out labels' loss under their frequencies."""
     totals = None
-    for _ in range(num_batches):
+    for batch in batches:
         if interrupted():
             return None
         # Summed on the host: a handful of scalars and histograms, and no eager op on arrays sharded
         # over every device (each would compile a program; one such add aborted a CPU test run).
-        sums = jax.device_get(eval_fn(state.params, sh.global_batch(next(data), mesh, rules)))
+        sums = jax.device_get(eval_fn(state.params, sh.global_batch(batch, mesh, rules)))
         totals = sums if totals is None else jax.tree.map(np.add, totals, sums)
     result = {k: float(v) for k, v in metrics_from_sums(totals).items()}
     if train_counts is not None and "mlm_label_counts" in totals and train_counts.sum():

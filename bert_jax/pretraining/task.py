@@ -17,7 +17,7 @@ import jax
 
 from bert_jax.model.config import BertConfig
 from bert_jax.pretraining import health
-from bert_jax.pretraining.evaluation import eval_source, held_out_metrics, step0_reference
+from bert_jax.pretraining.evaluation import HeldOutBatches, eval_source, held_out_metrics, step0_reference
 from bert_jax.pretraining.inputs import gather_data_states, make_input, placing, vocab_size_of
 from bert_jax.pretraining.objective import jit_pretraining_steps
 from bert_jax.pretraining.start import check_start, start_state
@@ -53,11 +53,11 @@ class PreTraining:
         self.mesh, self.rules = sh.config_mesh(config), config_rules(config)
         self.block = sh.process_block(self.mesh, self.rules, config.batch_size)
         self.data = make_input(config, "train", self.block)  # opens the input: a missing file fails here
-        self.eval_data = None if eval_source(config) is None else make_input(config, "eval", self.block)
         # Every evaluation reads the same held-out batches (the same dynamic masks too): a step's
         # numbers then depend on its parameters alone, not on how many evaluations came before it (the
         # cadence, a resume), and the collapse warning compares like with like against step 0.
-        self.eval_start = self.eval_data.state() if self.eval_data is not None else None
+        self.eval_data = None if eval_source(config) is None else \
+            HeldOutBatches(make_input(config, "eval", self.block), config.eval_steps)
         if is_main and self.eval_data is not None:
             from input_pipeline.pretraining.dataset import eval_repeats
 
@@ -126,10 +126,8 @@ class PreTraining:
 
     def evaluate(self, steps: Steps, state, step: int, writer, interrupted: Callable[[], bool]) -> bool:
         """The held-out metrics at ``step``, written and shown; False if a signal interrupted it."""
-        if self.eval_data.state() != self.eval_start:
-            self.eval_data.restore(self.eval_start)
-        result = held_out_metrics(steps.eval_fn, state, self.eval_data, self.config.eval_steps, self.mesh, self.rules,
-                          interrupted, self.label_counts.counts)
+        result = held_out_metrics(steps.eval_fn, state, self.eval_data, self.mesh, self.rules, interrupted,
+                                  self.label_counts.counts)
         if result is None:
             return False
         self.last_eval = result

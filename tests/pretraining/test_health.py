@@ -7,6 +7,7 @@ configs/pretrain.py is not."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import jax
 import jax.numpy as jnp
@@ -351,9 +352,9 @@ def _train_and_watch(c, capsys) -> tuple[list[dict], list[str]]:
     evals = []
     for step in range(c.num_train_steps + 1):
         if step % c.eval_every == 0:
-            held_out = MarkovBatches(seed=99)  # the same 4 batches every time
-            evals.append({"step": step, **evaluation.held_out_metrics(steps.eval_fn, state, held_out, c.eval_steps,
-                                                                      steps.mesh, steps.rules)})
+            held_out = itertools.islice(MarkovBatches(seed=99), c.eval_steps)  # the same 4 batches every time
+            evals.append({"step": step, **evaluation.held_out_metrics(steps.eval_fn, state, held_out, steps.mesh,
+                                                                      steps.rules)})
             if step == 0:
                 monitor.reference = evals[0]
             monitor.check(step, evals[-1], "eval")
