@@ -5,8 +5,9 @@ r"""Our step beside its peers in one process, taking turns (``python -m bert_jax
     python -m bert_jax.benchmark --compare hf-torch,hf-torch-compile,hf-flax --size base --seq_len 128 --batch_size 8 \
         [--compare_block 5] [--torch_threads 2] [--variant "--rng_impl rbg"]
 
-After ``--warmup`` untimed steps each, they take turns, ``--compare_block`` timed steps at a time: a
-change in the machine's speed falls on all of them. The references are built from our `BertConfig`
+After ``--warmup`` untimed steps each, they take turns, ``--compare_block`` timed steps at a time, each
+step queued behind the running one as the trainer runs ours: a change in the machine's speed falls on
+all of them. The references are built from our `BertConfig`
 (random initialisation) and fed our batches on one device: PyTorch's in ``--dtype`` (bfloat16 under
 autocast; ``hf-torch-compile`` under ``torch.compile``), Flax's in float32; their MLM head projects all
 S positions onto the vocabulary (model FLOPs with P = S). On a GPU, start with
@@ -23,6 +24,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 import flax
 import jax
@@ -30,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from bert_jax.benchmark import timing
 from bert_jax.benchmark.flops import dense_mlm_flops, device_peak, published_peak
 from input_pipeline import command_line as cli
 
@@ -38,17 +41,24 @@ IMPLEMENTATIONS = ("hf-torch", "hf-torch-compile", "hf-flax")
 
 @dataclasses.dataclass
 class Impl:
-    """One implementation under test: ``step()`` runs one training step, waits, returns the loss."""
+    """One implementation under test, a `bert_jax.benchmark.timing.Runner`: ``launch()`` queues one
+    training step, ``wait(handle)`` waits for its loss and returns it as a float, ``finish(handle)``
+    waits for the whole step; ``step()`` runs one and waits."""
 
     name: str
     label: str
     device: str
-    step: Callable
+    launch: Callable[[], Any]
+    wait: Callable[[Any], float]
+    finish: Callable[[Any], float]
     compile_s: float | None
     flops: int  # model FLOPs per step
     mlm_head: str  # "gathered" (P positions) | "dense" (all S)
     peak: tuple[float | None, str]  # (FLOP/s, source)
     real_tokens: float  # mean real (not padding) tokens per step
+
+    def step(self) -> float:
+        return self.finish(self.launch())
 
 
 def check_args(parser, args) -> None:
@@ -95,7 +105,8 @@ def ours(bench, batch_size: int, peak, variant: str = "") -> Impl:
     if bench.args.unpad_multiple:
         label += (f" (blocks on {tokens} of {batch_size * bench.args.seq_len} token slots)" if tokens
                   else " (no padding to skip: the padded step)")
-    return Impl(f"ours {variant}".strip(), label, jax.devices()[0].platform, lambda: step()["loss"], compile_s,
+    return Impl(f"ours {variant}".strip(), label, jax.devices()[0].platform, step.launch,
+                lambda m: float(step.wait(m)["loss"]), lambda m: float(step.finish(m)["loss"]), compile_s,
                 bench.flops(batch_size), "gathered", peak, step.real_tokens)
 
 
@@ -139,27 +150,38 @@ def hf_torch(cfg, libs, batches, peak, threads: int, dtype: str = "float32", com
     count = itertools.count()
     autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=dtype == "bfloat16")
 
-    def step():
+    def launch():
+        """One step queued on the GPU (run, on a CPU): (its loss on the host, an event after the step)."""
         with autocast:
             loss = forward(**data[next(count) % len(data)]).loss  # prediction_logits [B, S, V]: the dense head
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        if device == "cuda":
-            torch.cuda.synchronize()
-        return loss.detach().float()
+        if device != "cuda":
+            return loss.detach().float(), None
+        # Copied and marked in the stream's order: waiting for this step never waits for one queued after it.
+        host = loss.detach().float().to("cpu", non_blocking=True)
+        done = torch.cuda.Event()
+        done.record()
+        return host, done
+
+    def wait(handle) -> float:
+        host, done = handle
+        if done is not None:
+            done.synchronize()
+        return float(host)
 
     compile_s = None
     if compiled:  # the first step compiles: timed here, not among the steps
         t = time.perf_counter()
-        step()
+        wait(launch())
         compile_s = time.perf_counter() - t
     b, s = batches[0]["input_ids"].shape
     label = (f"transformers {transformers.__version__} BertForPreTraining (torch {torch.__version__}, "
              f"{model.config._attn_implementation} attention, "
              + ("bfloat16 autocast" if dtype == "bfloat16" else "float32") + (", torch.compile" if compiled else "")
              + (", fused AdamW" if device == "cuda" else "") + ")")
-    return Impl("hf-torch-compile" if compiled else "hf-torch", label, device, step, compile_s,
+    return Impl("hf-torch-compile" if compiled else "hf-torch", label, device, launch, wait, wait, compile_s,
                 dense_mlm_flops(cfg, b, s), "dense", peak, float(np.mean([x["input_mask"].sum() for x in batches])))
 
 
@@ -192,31 +214,36 @@ def hf_flax(cfg, libs, batches, peak, options) -> Impl:
                                                                 np.uint32(0)).compile(options)
     compile_s = time.perf_counter() - t
 
-    def step():
+    def launch():
         i = state["index"]
         state["params"], state["opt"], loss = compiled(state["params"], state["opt"], data[i % len(data)], rng,
                                                        np.uint32(i))
         state["index"] = i + 1
-        return jax.block_until_ready(loss)
+        return loss
+
+    def finish(loss) -> float:
+        return float(jax.block_until_ready((state["params"], state["opt"], loss))[2])
 
     return Impl("hf-flax", f"transformers FlaxBertForPreTraining + optax (flax {flax.__version__})",
-                jax.devices()[0].platform, step, compile_s, dense_mlm_flops(cfg, b, s), "dense", peak,
+                jax.devices()[0].platform, launch, lambda loss: float(jax.block_until_ready(loss)), finish, compile_s,
+                dense_mlm_flops(cfg, b, s), "dense", peak,
                 float(np.mean([x["input_mask"].sum() for x in batches])))
 
 
 def alternate(impls: list[Impl], warmup: int, steps: int, block: int) -> dict[str, tuple[list[float], list]]:
-    """Warm-up steps for each, then turns of ``block`` timed steps each until every one has ``steps``:
-    {name: (step seconds, losses)}."""
+    """Warm-up steps for each, then turns of ``block`` timed steps each until every one has ``steps``,
+    each step queued behind the running one as the trainer runs ours (`timing.queued_times`; a turn
+    ends with the device idle): {name: (step seconds, losses)}."""
     out = {i.name: ([], []) for i in impls}
     for impl in impls:
         out[impl.name][1].extend(impl.step() for _ in range(warmup))
     while any(len(out[i.name][0]) < steps for i in impls):
         for impl in impls:
             times, losses = out[impl.name]
-            for _ in range(min(block, steps - len(times))):
-                t = time.perf_counter()
-                losses.append(impl.step())
-                times.append(time.perf_counter() - t)
+            if n := min(block, steps - len(times)):
+                turn, results = timing.queued_times(impl, n)
+                times.extend(turn)
+                losses.extend(results)
     return out
 
 

@@ -9,8 +9,10 @@ or its family (``--model``: configs/pretrain.py's recipes), beside its variants 
 
 It compiles the trainer's own step (bert_jax/benchmark/trainer_steps.py: its optimizer, dropout,
 sharding rules, micro-batches and donated state) for synthetic batches of the real shapes (P = 5/32
-of the length; the paper's vocabulary), runs ``--warmup`` steps, then times ``--steps`` one by one
-(the input on the device): step time, tokens/s, model FLOPs (bert_jax/benchmark/flops.py) and MFU,
+of the length; the paper's vocabulary), runs ``--warmup`` steps, then times ``--steps`` as the trainer
+runs them, the next step queued while one runs (bert_jax/benchmark/timing.py; also each waited for
+before the next, ``step_time_waited_median_s``), the input on the device: step time, tokens/s, model
+FLOPs (bert_jax/benchmark/flops.py) and MFU,
 XLA's memory per device, the parameters against the paper's. ``--memory_only`` and
 ``--find_max_batch`` compile only.
 """
@@ -30,7 +32,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from bert_jax.benchmark import peers, profile, trainer_steps
+from bert_jax.benchmark import peers, profile, timing, trainer_steps
 from bert_jax.benchmark.flops import device_peak, model_flops
 from bert_jax.config_args import config_module, load_config_file
 from bert_jax.resolve import resolve, resolve_per_device_batch
@@ -141,20 +143,14 @@ class Bench:
         compiled = self.lower(batch_size).compile(compiler_options=self.options)
         return compiled, time.perf_counter() - t
 
-    def stepper(self, compiled, batch_size: int):
-        """One step of ``compiled`` on the next host batch (on the device), waited for; it returns the
-        metrics. The state is made once, then carried across batch sizes. ``.real_tokens``: per step."""
+    def stepper(self, compiled, batch_size: int) -> Stepper:
+        """Steps of ``compiled`` on the host batches (on the device), from the state made once, then
+        carried across batch sizes."""
         if self.state is None:
             self.state = self.steps(batch_size).layout.create(0, compiler_options=self.options)
         host = self.host_batches(batch_size)
-        batches, count = [sh.global_batch(b, self.mesh, self.rules) for b in host], itertools.count()
-
-        def step() -> dict:
-            self.state, metrics = compiled(self.state, batches[next(count) % len(batches)], self.rng)
-            return jax.block_until_ready((self.state, metrics))[1]
-
-        step.real_tokens = float(np.mean([b["input_mask"].sum() for b in host]))
-        return step
+        return Stepper(self, compiled, [sh.global_batch(b, self.mesh, self.rules) for b in host],
+                       float(np.mean([b["input_mask"].sum() for b in host])))
 
     def flops(self, batch_size: int, max_predictions: int | None = None) -> int:
         """Model FLOPs of a step; ``max_predictions`` = seq_len: a dense MLM head."""
@@ -181,6 +177,30 @@ class Bench:
                 "glibc_tunables": os.environ.get("GLIBC_TUNABLES", "")}  # huge pages (docs/pretraining.md)
 
 
+class Stepper:
+    """The steps of one compiled train step, cycling through the benchmark's batches: a
+    `bert_jax.benchmark.timing.Runner` (handles: the step's metrics); calling it runs one step and
+    waits for it. ``real_tokens``: the mean real (not padding) tokens of a step."""
+
+    def __init__(self, bench: Bench, compiled, batches: list[dict], real_tokens: float):
+        self.bench, self.compiled, self.batches, self.real_tokens = bench, compiled, batches, real_tokens
+        self.count = itertools.count()
+
+    def launch(self) -> dict:
+        b = self.bench
+        b.state, metrics = self.compiled(b.state, self.batches[next(self.count) % len(self.batches)], b.rng)
+        return metrics
+
+    def wait(self, metrics: dict) -> dict:
+        return jax.block_until_ready(metrics)
+
+    def finish(self, metrics: dict) -> dict:
+        return jax.block_until_ready((self.bench.state, metrics))[1]
+
+    def __call__(self) -> dict:
+        return self.finish(self.launch())
+
+
 def run_one(bench: Bench, batch_size: int) -> dict:
     """Compiles, then (unless ``--memory_only``) times the step at ``batch_size``; one result."""
     a = bench.args
@@ -190,19 +210,19 @@ def run_one(bench: Bench, batch_size: int) -> dict:
     if a.memory_only:
         return out
     peak, source = device_peak(a.dtype, bench.mesh.devices.size)
-    step, times = bench.stepper(compiled, batch_size), []
-    for _ in range(a.warmup + a.steps):
-        t = time.perf_counter()
-        metrics = step()
-        times.append(time.perf_counter() - t)
-    median, loss, flops = float(np.median(times[a.warmup:])), float(metrics["loss"]), bench.flops(batch_size)
+    step = bench.stepper(compiled, batch_size)
+    timing.waited_times(step, a.warmup)
+    waited, _ = timing.waited_times(step, a.steps)  # each step waited for before the next is dispatched
+    times, results = timing.queued_times(step, a.steps)  # as the trainer runs them: the next one queued
+    median, loss, flops = float(np.median(times)), float(results[-1]["loss"]), bench.flops(batch_size)
     if a.profile:  # more steps, traced: python -m bert_jax.benchmark.profile, TensorBoard, Perfetto or xprof
-        metrics = trace_steps(a.profile, compiled, step, a.profile_steps,
-                              {"label": label(bench.describe(batch_size)), "step_time_median_s": median})
+        trace_steps(a.profile, compiled, step, a.profile_steps,
+                    {"label": label(bench.describe(batch_size)), "step_time_median_s": median})
     if not math.isfinite(loss):
         raise FloatingPointError(f"loss is {loss} after {a.warmup + a.steps} steps: the benchmark is not valid")
     return {**out, "steps": a.steps, "warmup": a.warmup, "step_time_median_s": round(median, 5),
-            "step_time_min_s": round(min(times[a.warmup:]), 5), "sequences_per_s": round(batch_size / median, 2),
+            "step_time_min_s": round(min(times), 5), "step_time_waited_median_s": round(float(np.median(waited)), 5),
+            "sequences_per_s": round(batch_size / median, 2),
             "tokens_per_s": round(batch_size * a.seq_len / median, 1), "loss": round(loss, 4),
             "real_tokens_per_step": step.real_tokens, "real_tokens_per_s": round(step.real_tokens / median, 1),
             "model_flops_per_step": flops,
@@ -211,18 +231,15 @@ def run_one(bench: Bench, batch_size: int) -> dict:
             "mfu": round(flops / median / peak, 4)}
 
 
-def trace_steps(directory: str, compiled, step, steps: int, meta: dict) -> dict:
-    """Runs ``steps`` more steps under ``jax.profiler.trace(directory)`` and writes beside the trace
-    what `bert_jax.benchmark.profile` reduces it with: the compiled step's HLO and the steps' wall
-    time. Returns the last step's metrics."""
+def trace_steps(directory: str, compiled, step: Stepper, steps: int, meta: dict) -> dict:
+    """Runs ``steps`` more steps as the trainer runs them under ``jax.profiler.trace(directory)`` and
+    writes beside the trace what `bert_jax.benchmark.profile` reduces it with: the compiled step's HLO
+    and the steps' wall time. Returns the last step's metrics."""
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     (out / profile.HLO_FILE).write_text(compiled.as_text())
     with jax.profiler.trace(directory, create_perfetto_trace=True):
-        t = time.perf_counter()
-        for _ in range(steps):
-            metrics = step()
-        wall = time.perf_counter() - t
+        wall, metrics = timing.queued_wall(step, steps)
     (out / profile.META_FILE).write_text(json.dumps({**meta, "steps": steps, "wall_s": wall}))
     return metrics
 
@@ -274,7 +291,8 @@ def summary(r: dict) -> str:
               if m else "  memory: no analysis on this backend"]
     if r["mode"] == "train_step":
         lines += [f"  step: median {r['step_time_median_s'] * 1e3:.1f} ms, min {r['step_time_min_s'] * 1e3:.1f} ms "
-                  f"over {r['steps']} steps ({r['warmup']} warm-up); loss {r['loss']}",
+                  f"over {r['steps']} steps ({r['warmup']} warm-up), the next one queued as the trainer runs them "
+                  f"(each waited for: median {r['step_time_waited_median_s'] * 1e3:.1f} ms); loss {r['loss']}",
                   f"  throughput: {r['sequences_per_s']:.1f} rows/s, {r['tokens_per_s']:.0f} tokens/s, "
                   f"{r['real_tokens_per_s']:.0f} real (not padding) tokens/s ({r['real_tokens_per_step']:.0f} a step)",
                   f"  model FLOPs/step: {r['model_flops_per_step'] / 1e9:.1f} G (bert_jax/benchmark/flops.py; "

@@ -163,14 +163,17 @@ def profiled(run: Run, name: str, extra: list[str]) -> dict:
     steps = ["--steps", "3", "--warmup", "1"] if run.quick else ["--steps", "10", "--warmup", "3"]
     (r,) = bench([*shapes(run, BASE), *steps, *extra, "--profile", str(where), "--profile_steps", "3"])
     table = profile.reduce_profile(where)
+    waited = r["step_time_waited_median_s"] * 1e3
     run.note(f"## Where the time goes: {name} ({' '.join(extra) or 'the defaults'})\n\n"
-             f"step {r['step_time_median_s'] * 1e3:.1f} ms, MFU {100 * r['mfu']:.1f}%\n\n" + profile.markdown(table))
+             f"step {r['step_time_median_s'] * 1e3:.1f} ms as the trainer runs it, MFU {100 * r['mfu']:.1f}% "
+             f"(each step waited for before the next: {waited:.1f} ms)\n\n" + profile.markdown(table))
     with tarfile.open(run.out / f"{name}.tar.gz", "w:gz") as tar:
         tar.add(where, arcname=name)
     import shutil
 
     shutil.rmtree(where)
-    return {"step": {k: r[k] for k in ("step_time_median_s", "mfu", "tokens_per_s")}, "table": table}
+    return {"step": {k: r[k] for k in ("step_time_median_s", "step_time_waited_median_s", "mfu", "tokens_per_s")},
+            "table": table}
 
 
 def compare_table(r: dict) -> str:
