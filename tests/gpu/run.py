@@ -8,11 +8,12 @@ logged and passed over:
 1. ``variants``: the default step of BERT-base at 128 tokens, batch 256, bfloat16, beside its variants
    (``--variant``: scanned layers, attention dropout 0, another RNG) and Hugging Face's PyTorch BERT
    in bfloat16, taking turns (`bert_jax.benchmark.peers`).
-2. ``sizes``: BERT-base at 512 (batch 32), BERT-large at 512 (batch 16), ModernBERT-base at 1,024
+2. ``profile_before``: the default step (compiled by the first stage: cached) traced and reduced to
+   a table (`bert_jax.benchmark.profile`).
+3. ``sizes``: BERT-base at 512 (batch 32), BERT-large at 512 (batch 16), ModernBERT-base at 1,024
    (batch 16), with the default step (and the fastest flags, where a variant beat it by over 3%).
-3. ``numerics``: ``pytest tests/gpu`` in a child process that does not preallocate (the GPU against
+4. ``numerics``: ``pytest tests/gpu`` in a child process that does not preallocate (the GPU against
    the CPU's float32 step; cuDNN against XLA).
-4. ``profile_before``: the default step traced and reduced to a table (`bert_jax.benchmark.profile`).
 5. ``torch_compile``: the fastest step against Hugging Face's under ``torch.compile``.
 6. ``combined``: the variants that beat the default by more than 3% together, against the default.
 7. ``profile_after``: the fastest step traced and reduced like the default.
@@ -61,7 +62,7 @@ SIZES = {  # stage 6: (name, flags)
 QUICK = ["--size", "tiny", "--seq_len", "32", "--batch_size", "4", "--vocab_size", "512", "--dtype", "bfloat16", *ONE]
 # Seconds each stage is expected to take on one H100/H200 (compiles dominate); a stage starts only if
 # what is left of the budget covers it.
-COST = {"variants": 160, "sizes": 180, "numerics": 105, "profile_before": 30, "torch_compile": 100, "combined": 60,
+COST = {"variants": 160, "profile_before": 25, "sizes": 180, "numerics": 110, "torch_compile": 100, "combined": 60,
         "profile_after": 40}
 MARGIN = 0.03  # a variant counts as faster beyond this share of the default's step (turns differ by ~1-2%)
 

@@ -7,6 +7,7 @@ tests/model/test_cudnn_path.py, with cuDNN's call routed to XLA.
   attention, unrolled), run on the GPU, against the CPU's float32 ones on the same batch and parameters.
 * cuDNN's attention against XLA's on the GPU, through the encoder and its gradients: BERT on padded
   rows, ModernBERT on padded rows longer than its local window; scanned and unrolled.
+* The GPU's step run twice gives the same numbers.
 """
 
 import dataclasses
@@ -66,6 +67,20 @@ def test_gpu_step_matches_the_cpu_float32_step(family, fields, record_property):
           f"{err:.4f} relative; worst {worst_leaves(grads_gpu, grads_ref)}")
     assert abs(loss_gpu - loss_ref) <= LOSS_TOLERANCE * loss_ref, (loss_gpu, loss_ref)
     assert err <= GRAD_TOLERANCE, (err, worst_leaves(grads_gpu, grads_ref))
+
+
+def test_the_gpu_step_gives_the_same_numbers_twice():
+    """Same config + seed, same numbers, on the GPU too: the step resolved for it, run twice on the
+    same batch, parameters and dropout keys, agrees bit for bit. (XLA's scatter-adds on a GPU are
+    atomic adds, whose order can change a float32 sum: the embedding tables' gradients.)"""
+    gpu_cfg, task, data = resolved("bert", "gpu"), objective("bert"), batch()
+    params = initial_params(reference("bert", gpu_cfg), task)
+    (loss_a, grads_a), (loss_b, grads_b) = (loss_and_grads(gpu_cfg, task, params, data, gpus()[0]) for _ in range(2))
+    flat_a, flat_b = (jax.tree_util.tree_flatten_with_path(g)[0] for g in (grads_a, grads_b))
+    differ = [jax.tree_util.keystr(k) for (k, a), (_, b) in zip(flat_a, flat_b, strict=True)
+              if not np.array_equal(a, b)]
+    print(f"bert twice: loss {loss_a!r} and {loss_b!r}; {len(differ)} of {len(flat_a)} gradients differ {differ[:3]}")
+    assert loss_a == loss_b and not differ, differ
 
 
 def relative(a, b, where) -> float:
