@@ -173,6 +173,19 @@ def _quiet_abandoned_reads() -> None:
     sys.unraisablehook = hook
 
 
+def _never_retrieved(record: logging.LogRecord) -> bool:
+    """False for asyncio's "... exception was never retrieved" (a future garbage-collected with its
+    exception unread): the `logging.Filter` of `_quiet_abandoned_writes`."""
+    return not record.getMessage().partition("\n")[0].endswith("exception was never retrieved")
+
+
+def _quiet_abandoned_writes() -> None:
+    """After a save failed: the writes Orbax gathered for it fail too (the same full disk), and when
+    their futures are collected, at the latest as the process exits, asyncio logs each one's unread
+    exception with its traceback, a screenful after the error line. From here on those are dropped."""
+    logging.getLogger("asyncio").addFilter(_never_retrieved)  # added once: the same function
+
+
 def _split(stored: Any, target: Any) -> Any:
     """A restored tree back in ``target``'s layout, each array in ``target``'s sharding."""
     if not has_per_layer(target):
@@ -273,6 +286,7 @@ class Checkpointer:
             raise self._save_failed(e) from e
 
     def _save_failed(self, e: BaseException) -> CheckpointSaveError:
+        _quiet_abandoned_writes()
         reason = " ".join(f"{type(e).__name__}: {e}".split())
         return CheckpointSaveError(f"{self.directory}: saving a checkpoint failed ({reason[:300]}); the committed "
                                    f"checkpoints are intact: steps {self.committed_steps()}")

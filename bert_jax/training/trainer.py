@@ -176,8 +176,10 @@ def train(config, task: Task, workdir, seed: int, preemption: Preemption, is_mai
     finally:
         if progress is not None:
             progress.close()
-        ckpt.close()
-        writer.close()
+        try:
+            ckpt.close()  # raises if a save still in flight failed
+        finally:
+            writer.close()
 
 
 def evaluated(workdir, step: int, is_main: bool) -> bool:
