@@ -40,9 +40,10 @@ class HeldOutBatches:
     """The first ``num_batches`` batches of the held-out input ``data`` (a reader with ``state`` /
     ``restore``), the same ones at every evaluation: a step's numbers then depend on its parameters
     alone, not on how many evaluations came before it. The first complete pass keeps them in host
-    memory when they fit in ``max_bytes``; later passes replay them, and the reader (its tf.data
-    iterator: rebuilding one took ~2 s of each evaluation on 2 cores) is let go. Larger held-out
-    sets are read again from their start each time."""
+    memory when they fit in ``max_bytes``; later passes replay them, and the reader is let go
+    (dropping and rebuilding its tf.data iterator at every evaluation cost 0.4-5 s on 2 cores:
+    docs/records.md, "The held-out batches kept in memory"). Larger held-out sets are read again from
+    their start each time."""
 
     MAX_BYTES = 1 << 30  # host memory for the kept batches (configs/pretrain.py's phase 2 on one host: ~90 MB)
 
