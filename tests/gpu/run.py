@@ -53,7 +53,7 @@ VARIANTS = ("--scan", "--attention_dropout 0", "--rng_impl unsafe_rbg")
 RECIPE_CHANGES = ("--attention_dropout",)
 ONE = ["--mesh", "1,1,1"]  # one device: the run measures one GPU
 BASE = ["--size", "base", "--seq_len", "128", "--batch_size", "256", "--dtype", "bfloat16", *ONE]
-SIZES = {  # stage 6: (name, flags)
+SIZES = {  # the sizes stage: (name, flags)
     "bert-base-512": ["--size", "base", "--seq_len", "512", "--batch_size", "32", "--dtype", "bfloat16", *ONE],
     "bert-large-512": ["--size", "large", "--seq_len", "512", "--batch_size", "16", "--dtype", "bfloat16", *ONE],
     "modernbert-base-1024": ["--model", "modernbert", "--size", "base", "--seq_len", "1024", "--batch_size", "16",
