@@ -29,7 +29,7 @@ CLIS = {
                  "--config.data.inptu"),
     "bert_jax.benchmark": (["-m", "bert_jax.benchmark"], ["--model", "--size", "--batch_size", "--output"],
                            ["--model", "albert", "--size", "tiny"], "--size tiny for --model albert"),
-    "bert_jax.benchmark.aot": (["-m", "bert_jax.benchmark.aot"], ["compile", "estimate", "attention", "layer",
+    "bert_jax.benchmark.aot": (["-m", "bert_jax.benchmark.aot"], ["compile", "estimate",
                                                                   "--config", "--topology", "--find_max_batch"],
                                ["compile", "--config", "configs/pretrain.py:size=tiny", "--topology", "v2-8"],
                                "--topology 'v2-8'"),

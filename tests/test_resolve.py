@@ -19,6 +19,7 @@ from bert_jax.resolve import (
     resolve_dropout,
     resolve_dtype,
     resolve_per_device_batch,
+    resolve_recompute,
     resolve_scan,
     saved_model,
 )
@@ -102,6 +103,19 @@ def test_per_device_batch_rejects_what_is_not_a_row_count(bad):
         resolve_per_device_batch(bad, "cpu", rows=32)
 
 
+@pytest.mark.parametrize("value, platform, want", [
+    ("auto", "cpu", True), ("auto", "cuda", True), ("auto", "gpu", True), ("auto", "tpu", False),
+    ("auto", "rocm", False), ("false", "gpu", False), ("true", "tpu", True), (False, "cpu", False), (True, "tpu", True),
+])
+def test_recompute_activation_per_platform(value, platform, want):
+    assert resolve_recompute(value, platform) is want
+
+
+def test_recompute_activation_rejects_what_is_not_a_switch():
+    with pytest.raises(ValueError, match="recompute_activation 'sometimes': expected True, False or 'auto'"):
+        resolve_recompute("sometimes", "gpu")
+
+
 def test_a_job_config_resolves_once(load_config):
     """No "auto" left in what config.json records; micro-batches from the rows per batch shard on
     the CPU, none on an accelerator; the given config is left as it was."""
@@ -116,6 +130,9 @@ def test_a_job_config_resolves_once(load_config):
     assert (tpu.model.dtype, tpu.model.scan_layers, tpu.model.dropout_impl, tpu.per_device_batch) == \
         ("bfloat16", "true", "jax", 0)
     assert resolve(c, "gpu").model.attention_impl == "cudnn"  # bfloat16, head width 64
+    # GELU recomputed in the backward: on the CPU and NVIDIA GPUs, not on TPUs
+    assert [resolve(c, p, batch_shards=1).model.recompute_activation for p in ("cpu", "gpu", "tpu")] == \
+        ["true", "true", "false"]
     assert "auto" not in cpu.to_json()
     assert described_model(cpu.model).scanned is False  # what the trainers build from it
     with pytest.raises(ValueError, match="needs the batch's data-parallel shards"):

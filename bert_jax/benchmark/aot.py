@@ -1,29 +1,30 @@
 r"""``python -m bert_jax.benchmark.aot``: the training step compiled ahead of time for a real TPU topology
-on any machine, and what the TPU compiler (``libtpu``: ``pip install -e '.[tpu]'``) says of it: one
-tool over one table of chips (`CHIPS`) and one reader of the compiler's costs (`cost`).
+or one NVIDIA GPU on any machine, and what the compiler (``libtpu``: ``pip install -e '.[tpu]'``; XLA's
+GPU compiler: ``pip install -e '.[gpu-aot]'``) says of it: one tool over one table of chips (`CHIPS`)
+and one reader of the compiler's costs (`cost`).
 
     python -m bert_jax.benchmark.aot compile --config configs/pretrain.py:size=large,phase=2 --topology v5e-256 \
         [--config.batch_size=512] [--config.model.dtype=bfloat16] [--find_max_batch] [--output aot.jsonl]
     python -m bert_jax.benchmark.aot estimate --config configs/pretrain.py:size=large --topology v4-128 \
         [--config.x=y ...] [--steps 8599] [--no_memory]
-    python -m bert_jax.benchmark.aot attention --topology v5p-8 [--size large] [--rows 64] [--seq_len 128]
-    python -m bert_jax.benchmark.aot layer --topology v5p-8 [--size large] [--rows 64] [--seq_len 128]
+    python -m bert_jax.benchmark.aot estimate --config configs/pretrain.py:synthetic,size=base --topology h100
 
-``compile``: the step ``train.py`` would run for the config ("auto" meaning the TPU's): memory per
-device against HBM, model FLOPs at 100% and 50% MFU. ``estimate`` (pre-training): the compiler counts
-a loop's body once (the scanned layers, the micro-batch scan), so the step is also compiled with 1 and
-2 unrolled layers at the micro-batch, extrapolated to L layers; an accumulated step is k · (micro-step
-− update) + update; the time is libtpu's own estimate (`compiler_seconds`) where it is no faster than
-the FLOPs at peak, else the roofline max(FLOPs / peak, bytes / HBM bandwidth) per device: a lower
-bound without collectives, per-op overheads or the input. ``attention``, ``layer``: one chip's share
-of a batch through the attention core alone (with and without dropout) or each part of a layer.
+``compile``: the step ``train.py`` would run for the config ("auto" meaning the target's): memory per
+device against HBM (a GPU: the share of it JAX takes), model FLOPs at 100% and 50% MFU. ``estimate``
+(pre-training) on a TPU: the compiler counts a loop's body once (the scanned layers, the micro-batch
+scan), so the step is also compiled with 1 and 2 unrolled layers at the micro-batch, extrapolated to L
+layers; an accumulated step is k · (micro-step − update) + update; the time is libtpu's own estimate
+(`compiler_seconds`) where it is no faster than the FLOPs at peak, else the roofline max(FLOPs / peak,
+bytes / HBM bandwidth) per device: a lower bound without collectives, per-op overheads or the input. On
+a GPU (``h100``, ``h200``: one card) the compiler gives no cost, so ``estimate`` reads the compiled
+program's kernels (`bert_jax.benchmark.roofline`): each at least max(bytes / bandwidth, FLOPs / peak), a
+table by the rows of the measured profile.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import importlib.util
 import json
 import math
@@ -32,18 +33,13 @@ import sys
 import time
 
 import jax
-import jax.numpy as jnp
 from absl import flags
-from flax import nnx
-from jax.sharding import SingleDeviceSharding
 from ml_collections import config_flags
 
+from bert_jax.benchmark import roofline as kernel_roofline
 from bert_jax.benchmark import trainer_steps
 from bert_jax.benchmark.flops import model_flops
 from bert_jax.config_args import check_command_line, is_finetuning
-from bert_jax.model.config import BertConfig
-from bert_jax.model.dropout import Dropout
-from bert_jax.model.layers import TransformerBlock, explicit_attention
 from bert_jax.resolve import resolve
 from bert_jax.training import sharding as sh
 from bert_jax.training.sharding_rules import config_rules
@@ -59,10 +55,17 @@ class Chip:
     dims: int  # torus dimensions of the topology name
     hbm_bandwidth: float  # bytes/s per chip
     megacore: bool = True  # the chip's TensorCores are one JAX device (v4, v5p); v3's are one device each
+    platform: str = "tpu"  # "gpu": one card, compiled by XLA's GPU compiler without the card (`gpu_devices`)
+    cores: int = 0  # a GPU's streaming multiprocessors (its compiler's target description)
 
     @property
     def devices_per_chip(self) -> int:
         return 1 if self.megacore else self.cores_per_chip
+
+    def device_bytes(self) -> float:
+        """A device's memory for the step; a GPU's: JAX's share (``XLA_PYTHON_CLIENT_MEM_FRACTION``, 0.75)."""
+        share = float(os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION", 0.75)) if self.platform == "gpu" else 1.0
+        return share * self.hbm_gib * 2**30 / self.devices_per_chip
 
 
 # cloud.google.com/tpu/docs/{v3,v4,v5e,v5p,v6e}, "key specifications".
@@ -72,16 +75,34 @@ CHIPS = {
     "v5e": Chip("TPU v5e", 16, 197e12, 1, 2, 819e9),
     "v5p": Chip("TPU v5p", 95, 459e12, 2, 3, 2765e9),
     "v6e": Chip("TPU v6e", 32, 918e12, 1, 2, 1638e9),
+    # nvidia.com H100 and H200 datasheets (SXM): dense bf16 989 TFLOP/s, HBM3 3.35 TB/s, HBM3e 4.8 TB/s;
+    # memory as nvidia-smi gives it (81,559 and 143,771 MiB). JAX takes 75% of it unless told otherwise.
+    "h100": Chip("NVIDIA H100 80GB HBM3", 79.6, 989e12, 1, 0, 3.35e12, platform="gpu", cores=132),
+    "h200": Chip("NVIDIA H200", 140.4, 989e12, 1, 0, 4.8e12, platform="gpu", cores=132),
 }
+GPU_TARGET = """gpu_device_info {{ threads_per_block_limit: 1024 threads_per_warp: 32 l2_cache_size: 52428800
+  shared_memory_per_block: 49152 shared_memory_per_core: 233472 threads_per_core_limit: 2048 core_count: {cores}
+  fpus_per_core: 128 block_dim_limit_x: 2147483647 block_dim_limit_y: 65535 block_dim_limit_z: 65535
+  memory_bandwidth: {bandwidth}
+  clock_rate_ghz: 1.98 device_memory_size: {memory} shared_memory_per_block_optin: 232448 cuda_compute_capability {{
+  major: 9 minor: 0 }} registers_per_core_limit: 65536 registers_per_block_limit: 65536 }} platform_name: "CUDA"
+dnn_version_info {{ major: 9 minor: 10 }} runtime_version {{ major: 13 minor: 0 }} device_description_str: "{name}"
+"""  # XLA's GpuTargetConfigProto for a Hopper card (sm_90): what its compiler needs instead of the card
 
 
 def topology_name(spec: str) -> tuple[Chip, str, int]:
     """``v5e-256`` (an accelerator type) or ``v5e:16x16`` (a topology) → (chip, the compiler's topology
-    name, chips)."""
+    name, chips). A GPU: ``h100`` or ``h100-1`` (one card)."""
     gen, sep, rest = spec.replace(":", "-", 1).partition("-")
+    if gen in CHIPS and CHIPS[gen].platform == "gpu":
+        if rest not in ("", "1"):
+            raise ValueError(f"--topology {spec!r}: one GPU only ({gen} or {gen}-1)")
+        return CHIPS[gen], "1x1x1", 1
     if gen not in CHIPS or not sep or not rest:
+        tpus = ", ".join(k for k, c in CHIPS.items() if c.platform == "tpu")
+        gpus = " or ".join(k for k, c in CHIPS.items() if c.platform == "gpu")
         raise ValueError(f"--topology {spec!r}: expected <generation>-<size> or <generation>:<AxB[xC]> with "
-                         f"generation one of {', '.join(CHIPS)} (e.g. v5e-256, v4-32, v5p:2x2x1)")
+                         f"generation one of {tpus} (e.g. v5e-256, v4-32, v5p:2x2x1), or a GPU: {gpus}")
     chip = CHIPS[gen]
     if "x" in rest:
         dims = rest.split("x")
@@ -121,9 +142,32 @@ def tpu_devices(spec: str):
     return chip, name, devices
 
 
-def load_config(spec: str, overrides: list[str]):
+def has_cuda_plugin() -> bool:  # JAX's CUDA plugin (CUDA 13 or 12)
+    plugins = importlib.util.find_spec("jax_plugins") is not None
+    return plugins and any(importlib.util.find_spec(f"jax_plugins.xla_cuda{v}") for v in (13, 12))
+
+
+def gpu_devices(spec: str):
+    """(chip, "1x1x1", the device of one GPU for XLA's GPU compiler; no GPU needed). JAX's CUDA plugin
+    must not start a backend on this machine, which has no card: the CPU is its only platform here."""
+    chip, name, _ = topology_name(spec)
+    if not has_cuda_plugin():
+        raise cli.UserError("JAX's CUDA plugin is not installed: pip install -e '.[gpu-aot]'")
+    jax.config.update("jax_platforms", "cpu")  # the card is a target of the compiler, not a device here
+    from jax.experimental import topologies
+
+    target = GPU_TARGET.format(cores=chip.cores, bandwidth=int(chip.hbm_bandwidth),
+                               memory=int(chip.hbm_gib * 2**30), name=chip.name)
+    try:
+        devices = topologies.get_topology_desc(platform="cuda", target_config=target, topology=name).devices
+    except Exception as e:  # noqa: BLE001  (the plugin's own exception types)
+        raise ValueError(f"--topology {spec!r}: the CUDA plugin does not compile for it: {cli.message(e)}") from e
+    return chip, name, devices
+
+
+def load_config(spec: str, overrides: list[str], platform: str = "tpu"):
     """``configs/x.py[:arg]`` with ``--config.a.b=value`` overrides as ``train.py`` reads them, resolved
-    for the TPU: "auto" means the platform that runs it, not this host's CPU."""
+    for ``platform`` ("tpu", "gpu"): "auto" means the platform that runs it, not this host's CPU."""
     argv = ["aot", f"--config={spec}", *overrides]
     check_command_line(argv)  # a missing file or key: one line
     fv = flags.FlagValues()
@@ -132,7 +176,7 @@ def load_config(spec: str, overrides: list[str]):
         fv(argv)
     except flags.Error as e:
         raise ValueError(cli.message(e)) from e
-    return resolve(fv.config, "tpu")
+    return resolve(fv.config, platform)
 
 
 def compiler_seconds(optimal_seconds: float, hlo_text: str) -> float:
@@ -189,14 +233,17 @@ def compile_step(config, devices, batch_size: int, compile: bool = True) -> dict
         if "RESOURCE_EXHAUSTED" not in str(e):
             raise
         return dict(out, compile_s=round(time.perf_counter() - start, 1), error=cli.message(e)[:300])
+    c = cost(compiled)
+    kernels = kernel_roofline.kernels(compiled.as_text()) if not c["flops"] and not c["bytes"] else None
     return dict(out, compile_s=round(time.perf_counter() - start, 1), memory=trainer_steps.memory(compiled),
-                cost=cost(compiled))
+                cost=c, kernels=kernels)
 
 
 def report(r: dict, chip: Chip, devices: int) -> dict:
     """``r`` with its fit in a device's HBM and the step time at 100% and 50% MFU."""
-    hbm, chips = chip.hbm_gib * 2**30 / chip.devices_per_chip, devices // chip.devices_per_chip
-    r = dict(r, chip=chip.name, chips=chips, hbm_bytes=hbm, fits=bool(r["memory"]) and r["memory"]["total"] <= hbm)
+    hbm, chips = chip.device_bytes(), devices // chip.devices_per_chip
+    r = dict(r, chip=chip.name, chips=chips, platform=chip.platform, hbm_bytes=hbm,
+             fits=bool(r["memory"]) and r["memory"]["total"] <= hbm)
     if r["model_flops_per_step"]:
         ideal = r["model_flops_per_step"] / (chips * chip.peak_bf16)
         r.update(step_s_at_100_mfu=ideal, step_s_at_50_mfu=2 * ideal,
@@ -224,28 +271,45 @@ def update_cost(config, devices) -> dict:
     return cost(fn.lower(target, target.params).compile())
 
 
+def gpu_cost(kernels: list, chip: Chip) -> tuple[dict, dict]:
+    """One GPU's step: (its cost, its estimate) from the least time of the compiled program's kernels
+    (`bert_jax.benchmark.roofline`)."""
+    t = kernel_roofline.table(kernels, chip.peak_bf16, chip.hbm_bandwidth)
+    c = {"flops": t["flops"], "bytes": t["bytes"]}
+    return c, dict(roofline(c, chip), step_s=t["ms"] / 1e3, table=t, source="the least time of the GPU's kernels")
+
+
 def estimate(config, devices, chip: Chip, steps: int = 0, memory: bool = True) -> dict:
-    """The step as configured (``memory``: compiled, else only described) and its estimated time."""
-    r = report(compile_step(config, devices, config.batch_size, compile=memory), chip, len(devices))
-    if memory and not r["fits"]:  # no time for a step that does not fit
+    """The step as configured (``memory``: compiled, else only described; on a GPU always compiled)
+    and its estimated time."""
+    gpu = chip.platform == "gpu"
+    if gpu and (str(config.model.scan_layers).lower() == "true" or config.per_device_batch):
+        raise ValueError("the GPU estimate reads every kernel of the step, so a loop would be counted once: "
+                         "set --config.model.scan_layers=false and --config.per_device_batch=0")
+    r = report(compile_step(config, devices, config.batch_size, compile=memory or gpu), chip, len(devices))
+    kernels = r.pop("kernels", None)
+    if (memory or gpu) and not r["fits"]:  # no time for a step that does not fit
         return dict(r, estimate=None)
     k, n = r["accumulation_steps"], r["layers"]
     if config.batch_size % k:
         raise ValueError(f"batch_size {config.batch_size} is not divisible by {k} micro-batches")
-    one, two = (compile_step(with_model(config, num_layers=i, scan_layers="false"), devices, config.batch_size // k)
-                for i in (1, 2))
-    print(f"  compiled 1 and 2 unrolled layers at batch {config.batch_size // k} in {one['compile_s']} s, "
-          f"{two['compile_s']} s", file=sys.stderr, flush=True)
-    c = {key: one["cost"][key] + (n - 1) * (two["cost"][key] - one["cost"][key]) for key in ("flops", "bytes")}
-    seconds = [x["cost"]["compiler_seconds"] or -1 for x in (one, two)]
-    compiler_s = seconds[0] + (n - 1) * (seconds[1] - seconds[0]) if min(seconds) > 0 and k == 1 else None
-    if k > 1:
-        update = update_cost(config, devices)
-        c = {key: k * (c[key] - update[key]) + update[key] for key in c}
-    e = roofline(c, chip, compiler_s)
+    if gpu:
+        c, e = gpu_cost(kernels, chip)
+    else:
+        one, two = (compile_step(with_model(config, num_layers=i, scan_layers="false"), devices,
+                                 config.batch_size // k) for i in (1, 2))
+        print(f"  compiled 1 and 2 unrolled layers at batch {config.batch_size // k} in {one['compile_s']} s, "
+              f"{two['compile_s']} s", file=sys.stderr, flush=True)
+        c = {key: one["cost"][key] + (n - 1) * (two["cost"][key] - one["cost"][key]) for key in ("flops", "bytes")}
+        seconds = [x["cost"]["compiler_seconds"] or -1 for x in (one, two)]
+        compiler_s = seconds[0] + (n - 1) * (seconds[1] - seconds[0]) if min(seconds) > 0 and k == 1 else None
+        if k > 1:
+            update = update_cost(config, devices)
+            c = {key: k * (c[key] - update[key]) + update[key] for key in c}
+        e = dict(roofline(c, chip, compiler_s), layer_costs=[one["cost"], two["cost"]])
     b = config.batch_size
     e.update(sequences_per_s=b / e["step_s"], tokens_per_s=b * r["length"] / e["step_s"], flops_per_device=c["flops"],
-             bytes_per_device=c["bytes"], layer_costs=[one["cost"], two["cost"]])
+             bytes_per_device=c["bytes"])
     if r["model_flops_per_step"]:
         e["mfu"] = r["model_flops_per_step"] / (e["step_s"] * r["chips"] * chip.peak_bf16)
     if steps:
@@ -261,7 +325,8 @@ def summary(r: dict) -> str:
         line += f"memory {r['error']}" if r["error"].startswith("not compiled") else f"DOES NOT FIT: {r['error']}"
     else:
         parts = ", ".join(f"{k} {v / g:.2f}" for k, v in m.items() if k != "total")
-        line += (f"{m['total'] / g:.2f} of {r['hbm_bytes'] / g:.0f} GiB per device -> "
+        line += (f"{m['total'] / g:.2f} of {r['hbm_bytes'] / g:.0f} GiB per device"
+                 + (" (JAX's share of the card)" if r.get("platform") == "gpu" else "") + " -> "
                  f"{'fits' if r['fits'] else 'DOES NOT FIT'} ({parts}); compiled in {r['compile_s']} s")
     if r.get("model_flops_per_step"):
         line += (f"\n  model FLOPs/step {r['model_flops_per_step'] / 1e12:.2f} T: "
@@ -274,98 +339,18 @@ def summary(r: dict) -> str:
                  + (f", MFU {100 * e['mfu']:.1f}%" if "mfu" in e else "")
                  + (f" (accumulation {r['accumulation_steps']})" if r["accumulation_steps"] > 1 else "")
                  + (f"; {e['steps']:,} steps: {e['total_s'] / 60:.1f} min" if "total_s" in e else ""))
+        if "table" in e:
+            line += "\n\n" + kernel_roofline.markdown(e["table"])
     return line + ("\n  no time estimate: it does not fit" if e is None else "")
-
-
-def xla_attention(q, k, v, mask, key, *, rate: float):
-    """The encoder's explicit attention (`bert_jax.model.layers.explicit_attention`, dropout drawn with
-    ``jax.random.bernoulli`` as on accelerators). q, k, v: [rows, T, heads, head_dim]; mask: int
-    [rows, T], 1 = real token. Returns the context [rows, T, heads, head_dim]."""
-    return explicit_attention(q, k, v, mask[:, None, None, :] > 0, Dropout(rate, "jax"), deterministic=not rate,
-                              rngs=nnx.Rngs(dropout=key))[0]
-
-
-def block_with_grads(graphdef, params, x, mask, key, g):
-    """The encoder block forward in training mode (dropout from ``key``), then the backward from the
-    cotangent g: (out, d params, d x). x, g: [rows, T, D]; mask: bool [rows, 1, 1, T]."""
-    def forward(params, x):
-        return nnx.merge(graphdef, params)(x, mask, deterministic=False, rngs=nnx.Rngs(dropout=key))[0]
-
-    out, backward = jax.vjp(forward, params, x)
-    return (out, *backward(g))
-
-
-VARIANTS = ("xla", "xla_no_dropout")  # the attention subcommand's parts: with and without dropout
-PARTS = {"projection": 4, "ffn": 2, "attention": 1, "block": 1}  # the layer subcommand's, with their count a layer
-
-
-def compile_part(part: str, cfg, device, rows: int, length: int, rate: float) -> dict:
-    """One part's forward and backward (from a given cotangent) compiled on ``device``, bfloat16: its cost."""
-
-    def spec(shape, dtype=jnp.bfloat16):
-        return jax.ShapeDtypeStruct(shape, dtype, sharding=SingleDeviceSharding(device))
-
-    x = spec((rows, length, cfg.hidden_size))
-    if part in ("projection", "ffn"):  # [rows·T, D] x [D, n]: y, and the backward's dx, dw
-        n = cfg.hidden_size if part == "projection" else cfg.intermediate_size
-
-        def fn(x, w, g):
-            y, backward = jax.vjp(lambda x, w: x @ w, x, w)
-            return (y, *backward(g))
-
-        return cost(jax.jit(fn).lower(spec((rows * length, cfg.hidden_size)), spec((cfg.hidden_size, n)),
-                                      spec((rows * length, n))).compile())
-    if part == "block":
-        graphdef, params = nnx.split(nnx.eval_shape(lambda: TransformerBlock(cfg, rngs=nnx.Rngs(0))))
-        params = jax.tree.map(lambda a: spec(a.shape, a.dtype), params)
-        key = jax.ShapeDtypeStruct((), jax.random.key(0).dtype, sharding=SingleDeviceSharding(device))
-        fn = jax.jit(functools.partial(block_with_grads, graphdef))
-        return cost(fn.lower(params, x, spec((rows, 1, 1, length), jnp.bool_), key, x).compile())
-    def loss(q, k, v, mask, key):  # the attention core: "xla" and "attention" with the dropout, "xla_no_dropout"
-        key = jax.random.wrap_key_data(key)
-        out = xla_attention(q, k, v, mask, key, rate=0.0 if part == "xla_no_dropout" else rate)
-        return (out.astype(jnp.float32) ** 2).mean()
-
-    qkv = spec((rows, length, cfg.num_heads, cfg.head_dim))
-    return cost(jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2))).lower(
-        qkv, qkv, qkv, spec((rows, length), jnp.int32), spec((2,), jnp.uint32)).compile())
-
-
-def parts_of(args, chip: Chip, devices) -> list[dict]:
-    """The attention or layer subcommand: each part compiled on one device of the topology."""
-    cfg = BertConfig.from_size(args.size, dtype="bfloat16")  # a block's parts do not depend on the layers
-    rate = args.attention_dropout if args.command == "attention" else cfg.attention_dropout_prob
-    peak, rows = chip.peak_bf16 / chip.devices_per_chip, []  # one device's share of the chip
-    for part in args.chosen:
-        r = compile_part(part, cfg, devices[0], args.rows, args.seq_len, rate)
-        ms = r["compiler_seconds"] and round(r["compiler_seconds"] * 1e3, 4)
-        r.update(part=part, topology=args.topology, size=args.size, rows=args.rows, seq_len=args.seq_len,
-                 compiler_ms=ms)
-        if args.command == "attention":
-            r.update(attention_dropout=0.0 if part == "xla_no_dropout" else rate,
-                     step_share_ms=ms and round(ms * cfg.num_layers, 2))
-            print(f"{part:15s} {ms} ms per layer (x {cfg.num_layers} layers: {r['step_share_ms']} ms), "
-                  f"{r['flops'] / 1e9:.2f} GFLOP, {r['bytes'] / 1e6:.0f} MB", flush=True)
-        else:
-            r.update(per_layer=PARTS[part], peak_fraction=ms and round(r["flops"] / (ms * 1e-3 * peak), 3))
-            print(f"{part:11s} {ms} ms (x {PARTS[part]} a layer), {r['flops'] / 1e9:.1f} GFLOP, {r['bytes'] / 1e6:.0f} "
-                  f"MB, {r['peak_fraction'] or 0:.0%} of the peak", flush=True)
-        rows.append(r)
-    by = {r["part"]: r for r in rows}
-    if args.command == "layer" and all(by.get(p, {}).get("compiler_ms") for p in PARTS):
-        parts_ms = sum(by[p]["compiler_ms"] * n for p, n in PARTS.items() if p != "block")
-        by["block"]["rest_ms"] = round(by["block"]["compiler_ms"] - parts_ms, 4)
-        print(f"block less its parts: {by['block']['rest_ms']} ms of {by['block']['compiler_ms']}", flush=True)
-    return rows
 
 
 def parse_args(argv=None):
     """(the subcommand's arguments, its ``--config.x=y`` overrides)."""
     p = cli.ArgumentParser(prog="python -m bert_jax.benchmark.aot", description=__doc__.split("\n\n")[1],
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="command", required=True, metavar="{compile,estimate,attention,layer}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{compile,estimate}")
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--topology", required=True, help="e.g. v5e-256, v4-32, v5p-8, or v5e:16x16")
+    common.add_argument("--topology", required=True, help="e.g. v5e-256, v4-32, v5p-8, v5e:16x16, or h100")
     common.add_argument("--output", default="", help="append each result as a JSON line to this file")
     for name, what in (("compile", "memory per device and FLOPs of the step"), ("estimate", "its time and MFU")):
         s = sub.add_parser(name, parents=[common], help=what)
@@ -373,47 +358,26 @@ def parse_args(argv=None):
     sub.choices["compile"].add_argument("--find_max_batch", action="store_true", help="the largest batch that fits")
     sub.choices["estimate"].add_argument("--steps", type=int, default=0, help="also the time of this many steps")
     sub.choices["estimate"].add_argument("--no_memory", action="store_true", help="skip compiling the step itself")
-    for name, what, choices in (("attention", "variants", VARIANTS), ("layer", "parts", tuple(PARTS))):
-        s = sub.add_parser(name, parents=[common], help=f"the cost of each of attention's {what} / a layer's parts")
-        s.add_argument("--size", default="large", help="the BERT size: its heads, widths and layers")
-        s.add_argument("--rows", type=int, default=64, help="rows per chip (phase 1 at batch 256 on 4 chips: 64)")
-        s.add_argument("--seq_len", type=int, default=128)
-        s.add_argument(f"--{what}", default=",".join(choices), help=f"comma-separated, of {', '.join(choices)}")
-    sub.choices["attention"].add_argument("--attention_dropout", type=float, default=0.1, help="the xla variant's")
     args, rest = p.parse_known_args(argv)
     if [a for a in rest if not a.startswith("--config.")] or (rest and "config" not in args):
         p.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "estimate" and args.steps < 0:
         p.error(f"--steps {args.steps}: expected a number of steps >= 0")
-    if args.command in ("attention", "layer"):
-        what, choices = ("variants", VARIANTS) if args.command == "attention" else ("parts", tuple(PARTS))
-        args.chosen = [v for v in getattr(args, what).split(",") if v]
-        if bad := [v for v in args.chosen if v not in choices]:
-            p.error(f"--{what}: unknown {', '.join(bad)}; expected some of {', '.join(choices)}")
-        if args.rows < 1 or args.seq_len < 1:
-            p.error(f"--rows {args.rows} --seq_len {args.seq_len}: expected positive numbers")
-        if not 0.0 <= getattr(args, "attention_dropout", 0.0) < 1.0:
-            p.error(f"--attention_dropout {args.attention_dropout}: expected a rate in [0, 1)")
-        try:
-            BertConfig.from_size(args.size)
-        except (KeyError, ValueError) as e:
-            p.error(f"--size {args.size!r}: {cli.message(e)}")
     return args, rest
 
 
 def main(argv=None) -> list[dict]:
     args, overrides = parse_args(argv)
-    config = load_config(args.config, overrides) if "config" in args else None
+    gpu = topology_name(args.topology)[0].platform == "gpu"
+    config = load_config(args.config, overrides, "gpu" if gpu else "tpu")
     if args.command == "estimate" and is_finetuning(config):
         raise ValueError(f"--config {args.config}: the estimate is for pre-training configs (configs/pretrain.py)")
-    chip, name, devices = tpu_devices(args.topology)
-    if args.command in ("attention", "layer"):
-        results = parts_of(args, chip, devices)
-    elif args.command == "estimate":
+    chip, name, devices = (gpu_devices if gpu else tpu_devices)(args.topology)
+    if args.command == "estimate":
         results = [estimate(config, devices, chip, args.steps, memory=not args.no_memory)]
     elif args.find_max_batch:
         shards = sh.batch_shards(sh.config_mesh(config, devices), config_rules(config))
-        hbm, found = chip.hbm_gib * 2**30 / chip.devices_per_chip, {}
+        hbm, found = chip.device_bytes(), {}
 
         def mem(units: int) -> float:  # a step that does not compile (out of memory): infinite
             found[units] = r = compile_step(config, devices, units * shards)
@@ -428,9 +392,9 @@ def main(argv=None) -> list[dict]:
     else:
         results = [report(compile_step(config, devices, config.batch_size), chip, len(devices))]
     for r in results:
-        if args.command in ("compile", "estimate"):
-            r.update(topology=args.topology, topology_name=name, config=args.config, overrides=overrides)
-            print(summary(r), flush=True)
+        r.pop("kernels", None)  # the GPU program's kernels: read into the estimate's table
+        r.update(topology=args.topology, topology_name=name, config=args.config, overrides=overrides)
+        print(summary(r), flush=True)
         if args.output:
             with open(args.output, "a") as f:
                 f.write(json.dumps(r) + "\n")

@@ -82,6 +82,7 @@ class Bench:
         dropout = m.attention_dropout_prob if a.attention_dropout is None else a.attention_dropout
         m.update(vocab_size=a.vocab_size, dtype=a.dtype, scan_layers=str(a.scan).lower(), remat_policy=a.remat,
                  attention_impl=a.attention_impl, dropout_impl=a.dropout_impl, attention_dropout_prob=dropout,
+                 recompute_activation=a.recompute_activation,
                  max_position_embeddings=max(m.max_position_embeddings, a.seq_len + (m.position_offset or 0)))
         config.update(per_device_batch=a.per_device_batch, unpad_multiple=a.unpad_multiple)
         config.data.update(max_seq_length=a.seq_len, max_predictions_per_seq=a.max_predictions)
@@ -170,7 +171,8 @@ class Bench:
                 "params": param_counts(a.model, a.size, steps.layout.abstract.params, cfg.embed_dim, cfg.vocab_size,
                                        cfg.max_position_embeddings, self.recipe_positions),
                 "dtype": a.dtype, "remat": a.remat, "scan": cfg.scanned, "rng_impl": a.rng_impl,
-                "dropout_impl": cfg.dropout_impl, "attention_path": path, "unpad_multiple": a.unpad_multiple,
+                "dropout_impl": cfg.dropout_impl, "recompute_activation": cfg.recompute_activation,
+                "attention_path": path, "unpad_multiple": a.unpad_multiple,
                 "per_device_batch": a.per_device_batch, "accumulation_steps": steps.accumulation_steps,
                 "mesh": dict(self.mesh.shape), "devices": self.mesh.devices.size, "device_kind": dev.device_kind,
                 "jax": jax.__version__, "load_average": [round(x, 2) for x in os.getloadavg()],
@@ -326,6 +328,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     add("--attention_impl", default="auto", choices=("auto", "xla", "cudnn", "explicit"))
     add("--attention_dropout", type=float, default=None, help="default: the recipe's")
     add("--dropout_impl", default="auto", choices=("auto", "jax", "fused"), help="model.dropout_impl")
+    add("--recompute_activation", default="auto", choices=("auto", "true", "false"), help="model.recompute_activation")
     add("--rng_impl", default="threefry2x32", choices=("threefry2x32", "philox4x32", "rbg", "unsafe_rbg"))
     add("--per_device_batch", default="auto", metavar="auto|N", help="config.per_device_batch (0: no micro-batches)")
     add("--max_predictions", type=int, default=None, help="P (default: 5/32 of seq_len)")

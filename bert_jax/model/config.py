@@ -23,7 +23,7 @@ INIT_METHODS = ("bert", "megatron")
 # splash_interpret: the splash kernel in Pallas' interpreter (any backend: how the CPU tests check it).
 ATTENTION_IMPLS = ("xla", "cudnn", "explicit", "splash", "splash_interpret")
 DROPOUT_IMPLS = ("jax", "fused")
-EXECUTION_FIELDS = ("dtype", "scan_layers", "attention_impl", "dropout_impl")
+EXECUTION_FIELDS = ("dtype", "scan_layers", "attention_impl", "dropout_impl", "recompute_activation")
 
 # name: (num_layers, hidden_size, num_heads). intermediate = 4 * hidden (the paper's choice).
 SIZES: dict[str, tuple[int, int, int]] = {
@@ -168,19 +168,27 @@ class BertConfig:
     # How dropout draws its mask: "jax" (jax.random.bernoulli), "fused" (Threefry unrolled into the
     # dropout's fusion: bert_jax/model/dropout.py).
     dropout_impl: Literal["jax", "fused"] = "jax"
+    # The dense feed-forward's activation recomputed in the backward from its input (jax.checkpoint):
+    # the same numbers, less memory; less HBM traffic on a GPU, more on a TPU (docs/records.md,
+    # "GELU recomputed in the backward").
+    recompute_activation: bool = False
 
     def __post_init__(self):
-        if isinstance(self.scan_layers, str) and self.scan_layers.lower() in ("true", "false"):
-            # ml_collections configs hold the field as a string ("true" | "false")
-            object.__setattr__(self, "scan_layers", self.scan_layers.lower() == "true")
+        for name in ("scan_layers", "recompute_activation"):
+            value = getattr(self, name)
+            if isinstance(value, str) and value.lower() in ("true", "false"):
+                # ml_collections configs hold the field as a string ("true" | "false")
+                object.__setattr__(self, name, value.lower() == "true")
         execution = {"dtype": _is_dtype(self.dtype), "scan_layers": isinstance(self.scan_layers, bool),
                      "attention_impl": self.attention_impl in ATTENTION_IMPLS,
-                     "dropout_impl": self.dropout_impl in DROPOUT_IMPLS}
+                     "dropout_impl": self.dropout_impl in DROPOUT_IMPLS,
+                     "recompute_activation": isinstance(self.recompute_activation, bool)}
         if bad := [k for k, ok in execution.items() if not ok]:
             raise ValueError(
                 f"BertConfig field(s) {bad} = {[getattr(self, k) for k in bad]}: a model takes concrete values "
                 f"(dtype: a dtype name such as float32 or bfloat16; scan_layers: True or False; attention_impl: "
-                f"{' | '.join(ATTENTION_IMPLS)}; dropout_impl: {' | '.join(DROPOUT_IMPLS)}); a job config's 'auto' "
+                f"{' | '.join(ATTENTION_IMPLS)}; dropout_impl: {' | '.join(DROPOUT_IMPLS)}; recompute_activation: "
+                "True or False); a job config's 'auto' "
                 "is resolved for its platform first (bert_jax.resolve.resolve)")
         checks = {
             "vocab_size": self.vocab_size > 0,

@@ -309,6 +309,7 @@ class FeedForward(nnx.Module):
     def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs):
         self.act = ACTIVATIONS[cfg.hidden_act]
         self.geglu = cfg.ffn == "geglu"
+        self.recompute = cfg.recompute_activation and not self.geglu  # GeGLU measured no gain from it
         d, f = cfg.hidden_size, cfg.intermediate_size
         if self.geglu:
             self.intermediate = nnx.Einsum(
@@ -320,12 +321,16 @@ class FeedForward(nnx.Module):
         self.output = dense(cfg, f, d, (axes.MLP, axes.EMBED), rngs=rngs, bias=cfg.use_bias, output=True)
 
     def __call__(self, x):
-        # x: [*tokens, embed]
+        # x: [*tokens, embed]. ``cfg.recompute_activation``: the dense block's activation recomputed in
+        # the backward from its input (``jax.checkpoint``), the same numbers, instead of keeping the
+        # intermediates of GELU's derivative, each as large as the activation (docs/records.md, "GELU
+        # recomputed in the backward").
         if self.geglu:
             y = self.intermediate(x)  # [*tokens, 2, mlp]: the activation's input, the gate
             y = self.act(y[..., 0, :]) * y[..., 1, :]  # [*tokens, mlp]
         else:
-            y = self.act(self.intermediate(x))  # [*tokens, mlp]
+            act = jax.checkpoint(self.act) if self.recompute else self.act
+            y = act(self.intermediate(x))  # [*tokens, mlp]
         y = constrain(y, axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_MLP)  # [*tokens, mlp]
         return constrain(self.output(y), axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_EMBED)  # [*tokens, embed]
 

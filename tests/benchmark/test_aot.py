@@ -1,21 +1,18 @@
-"""Ahead-of-time compilation for TPU topologies (bert_jax/benchmark/aot.py): topologies, configs,
-arguments, the estimate's arithmetic on stubbed compiles, and what the attention and layer parts
-compute, everywhere; the compiles themselves need libtpu (`pip install -e '.[tpu]'`) and are skipped
-without it. The tool's one-line errors are also in tests/fixtures/bad_inputs.py."""
+"""Ahead-of-time compilation for TPU topologies and one GPU (bert_jax/benchmark/aot.py): topologies,
+configs, arguments and the estimate's arithmetic on stubbed compiles, everywhere; the compiles
+themselves need libtpu (`pip install -e '.[tpu]'`) or JAX's CUDA plugin (`pip install -e '.[gpu-aot]'`)
+and are skipped without them. The tool's one-line errors are also in tests/fixtures/bad_inputs.py."""
 
-import functools
 import importlib.util
+import subprocess
+import sys
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import nnx
 
 from bert_jax.benchmark import aot
 from bert_jax.finetuning.task import train_batch
-from bert_jax.model.config import BertConfig
-from bert_jax.model.layers import TransformerBlock
 from input_pipeline.tasks.base import feature_shapes
 
 needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
@@ -34,13 +31,75 @@ def test_accelerator_types_name_their_topology(spec, name, chips):
 
 
 @pytest.mark.parametrize("spec, match", [
-    ("v2-8", r"generation one of v3, v4, v5e, v5p, v6e"), ("v5e", "expected <generation>-<size>"),
+    ("v2-8", r"generation one of v3, v4, v5e, v5p, v6e .*or a GPU: h100 or h200"),
+    ("h100-8", "one GPU only"), ("v5e", "expected <generation>-<size>"),
     ("v4-6", "not a power of two"), ("v4-7", "multiple of 2"), ("v5e:4x4x4", "2 dimensions"),
     ("v5e:4xa", "2 dimensions"),
 ])
 def test_bad_topologies_are_named(spec, match):
     with pytest.raises(ValueError, match=match):
         aot.topology_name(spec)
+
+
+@pytest.mark.parametrize("spec", ["h100", "h100-1", "h200"])
+def test_a_gpu_is_one_card(spec):
+    chip, name, n = aot.topology_name(spec)
+    assert (chip.platform, name, n) == ("gpu", "1x1x1", 1) and chip is aot.CHIPS[spec.partition("-")[0]]
+
+
+def test_auto_means_the_gpus_for_a_gpu_target():
+    """For a GPU, "auto" is what train.py resolves on one: bfloat16, unrolled layers, cuDNN attention."""
+    c = aot.load_config("configs/pretrain.py:size=tiny", [], "gpu")
+    assert (c.model.dtype, c.model.scan_layers, c.model.attention_impl) == ("bfloat16", "false", "cudnn")
+
+
+def test_no_cuda_plugin_is_one_line_with_the_install_command(monkeypatch):
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    with pytest.raises(aot.cli.UserError, match=r"pip install -e '.\[gpu-aot\]'"):
+        aot.gpu_devices("h100")
+
+
+def test_the_gpu_estimate_is_its_kernels_least_time(monkeypatch):
+    """On a GPU the estimate is the roofline of the compiled program's kernels: two stub kernels,
+    one compute-bound (1 TFLOP: 1.011 ms on an H100) and one memory-bound (3.35 GB: 1 ms)."""
+    from bert_jax.benchmark.roofline import Kernel
+
+    ks = [Kernel("gemm", "matrix products", "dot", 1_000, 10**12),
+          Kernel("norm", "other fusions", "add", 3_350_000_000, 0)]
+
+    def compile_step(config, devices, batch_size, compile=True):
+        return {"batch_size": batch_size, "length": 128, "mesh": {}, "model_flops_per_step": 1.5e12, "compile_s": 1.0,
+                "accumulation_steps": 1, "layers": 2, "kernels": ks,
+                "model": {"size": "tiny", "dtype": "bfloat16", "remat": "none", "scan": False},
+                "memory": {"total": 2**30}}
+
+    monkeypatch.setattr(aot, "compile_step", compile_step)
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION", raising=False)
+    config = aot.load_config("configs/pretrain.py:size=tiny", ["--config.batch_size=8"], "gpu")
+    r = aot.estimate(config, [None], aot.CHIPS["h100"])
+    e = r["estimate"]
+    assert r["hbm_bytes"] == pytest.approx(0.75 * 79.6 * 2**30)  # the share of the card JAX takes
+    assert "(JAX's share of the card)" in aot.summary(r)
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.5")
+    assert aot.CHIPS["h100"].device_bytes() == pytest.approx(0.5 * 79.6 * 2**30)
+    assert e["step_s"] == pytest.approx(1e12 / 989e12 + 1e-3) and "kernels" not in r
+    assert e["mfu"] == pytest.approx(1.5e12 / (e["step_s"] * 989e12))
+    assert "| the step | 2.01 |" in aot.summary(r)
+    scanned = aot.load_config("configs/pretrain.py:size=tiny", ["--config.model.scan_layers=true"], "gpu")
+    with pytest.raises(ValueError, match="scan_layers=false"):
+        aot.estimate(scanned, [None], aot.CHIPS["h100"])
+
+
+@pytest.mark.skipif(not aot.has_cuda_plugin(),
+                    reason="needs JAX's CUDA plugin: pip install -e '.[gpu-aot]'")
+def test_the_step_compiles_for_one_h100_without_one():
+    """XLA's GPU compiler, with no GPU: tiny BERT's training step for an H100, its memory and table."""
+    out = subprocess.run([sys.executable, "-m", "bert_jax.benchmark.aot", "estimate", "--config",
+                          "configs/pretrain.py:synthetic,size=tiny", "--topology", "h100", "--config.batch_size=8"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "1 x NVIDIA H100 80GB HBM3" in out.stdout and "fits" in out.stdout and "MFU" in out.stdout
+    assert "| matrix products |" in out.stdout and "| the step |" in out.stdout
 
 
 def test_config_overrides_and_auto_means_the_tpus(tmp_path):
@@ -72,10 +131,7 @@ def test_no_libtpu_is_one_line_with_the_install_command(monkeypatch):
     (["compile", "--topology", "v5e-8"], "required: --config"),
     (["estimate", "--config", "configs/pretrain.py", "--topology", "v4-8", "--steps", "-1"], "--steps -1"),
     (["compile", "--config", "configs/pretrain.py", "--topology", "v4-8", "--rows", "4"], "unrecognized"),
-    (["attention", "--topology", "v4-8", "--config.batch_size=8"], "unrecognized"),
-    (["attention", "--topology", "v4-8", "--attention_dropout", "1"], "expected a rate in [0, 1)"),
-    (["layer", "--topology", "v4-8", "--parts", "ffn,mlp"], "--parts: unknown mlp"),
-    (["layer", "--topology", "v4-8", "--size", "huge"], "--size 'huge'"),
+    (["attention", "--topology", "v4-8"], "invalid choice: 'attention'"),
 ])
 def test_bad_arguments_are_one_line(argv, message, capsys):
     with pytest.raises(SystemExit) as e:
@@ -88,10 +144,6 @@ def test_subcommands_parse(capsys):
     args, rest = aot.parse_args(["estimate", "--config", "configs/pretrain.py", "--topology", "v4-8",
                                  "--config.model.dtype=bfloat16", "--no_memory", "--steps", "10"])
     assert (args.command, args.steps, args.no_memory, rest) == ("estimate", 10, True, ["--config.model.dtype=bfloat16"])
-    args, _ = aot.parse_args(["layer", "--topology", "v5p-8", "--rows", "8"])
-    assert (args.chosen, args.size, args.rows) == (list(aot.PARTS), "large", 8)
-    args, _ = aot.parse_args(["attention", "--topology", "v5p-8", "--variants", "xla_no_dropout"])
-    assert (args.chosen, args.attention_dropout) == (["xla_no_dropout"], 0.1)
 
 
 @pytest.mark.parametrize("kind, labels", [("classification", ("label",)), ("regression", ("label",)),
@@ -223,35 +275,6 @@ def test_find_max_batch_compiles_at_multiples_of_the_batch_shards(monkeypatch, c
     assert "global batch 1000 x 128" in capsys.readouterr().out
 
 
-def test_xla_attention_core_is_masked_attention():
-    rng = np.random.default_rng(0)
-    q, k, v = (jnp.asarray(rng.normal(size=(2, 8, 2, 4)), jnp.float32) for _ in range(3))
-    mask = jnp.asarray(np.arange(8)[None] < np.array([[8], [5]]), jnp.int32)  # row 1: 3 padding tokens
-    got = aot.xla_attention(q, k, v, mask, jax.random.key(0), rate=0.0)
-    np.testing.assert_allclose(got, jax.nn.dot_product_attention(q, k, v, mask=(mask[:, None, None, :] > 0)),
-                               atol=1e-5)
-    assert not np.allclose(aot.xla_attention(q, k, v, mask, jax.random.key(0), rate=0.5), got)  # dropout applied
-
-
-def test_block_part_is_the_encoder_block_in_training_mode():
-    cfg = BertConfig.from_size("tiny", num_layers=1)
-    graphdef, params = nnx.split(TransformerBlock(cfg, rngs=nnx.Rngs(0)))
-    rng = np.random.default_rng(1)
-    x, g = (jnp.asarray(rng.normal(size=(2, 8, cfg.hidden_size)), jnp.float32) for _ in range(2))
-    mask = jnp.asarray(np.arange(8)[None, None, None, :] < np.array([8, 5])[:, None, None, None])
-    key = jax.random.key(3)
-    out, dparams, dx = jax.jit(functools.partial(aot.block_with_grads, graphdef))(params, x, mask, key, g)
-
-    def loss(params, x):  # the same block, dropout from the same key: <out, g>
-        return jnp.sum(nnx.merge(graphdef, params)(x, mask, deterministic=False, rngs=nnx.Rngs(dropout=key))[0] * g)
-
-    want_params, want_x = jax.jit(jax.grad(loss, argnums=(0, 1)))(params, x)
-    np.testing.assert_allclose(dx, want_x, rtol=1e-5, atol=1e-6)
-    for got, want in zip(jax.tree.leaves(dparams), jax.tree.leaves(want_params), strict=True):
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-    assert not np.allclose(out, nnx.merge(graphdef, params)(x, mask, deterministic=True)[0])  # dropout is on
-
-
 @needs_libtpu
 def test_tiny_pretraining_step_compiles_for_a_v5e_slice():
     config = aot.load_config("configs/pretrain.py:size=tiny", [])
@@ -296,31 +319,3 @@ def test_tiny_estimate_on_a_v5e_slice():
     assert e["total_s"] == pytest.approx(10 * e["step_s"])
     # More than the FLOPs the model needs (the compiler counts every op), but not absurdly more.
     assert r["model_flops_per_step"] / 4 < e["flops_per_device"] < 10 * r["model_flops_per_step"] / 4
-
-
-@needs_libtpu
-def test_each_attention_variant_compiles_for_a_tpu(tmp_path):
-    rows = aot.main(["attention", "--topology", "v5e-1", "--size", "tiny", "--rows", "8", "--seq_len", "128",
-                     "--output", str(tmp_path / "a.jsonl")])
-    assert [r["part"] for r in rows] == list(aot.VARIANTS)
-    assert all(r["compiler_ms"] > 0 and r["step_share_ms"] == pytest.approx(2 * r["compiler_ms"], abs=0.01)
-               for r in rows)
-    matmuls = 3 * 2 * 2 * 8 * 2 * 128 * 128 * 64  # forward + 2x backward; 2 einsums; rows x heads x T x S x head_dim
-    assert matmuls <= rows[1]["flops"] <= 1.5 * matmuls, rows[1]["flops"] / matmuls  # xla_no_dropout
-    assert rows[0]["flops"] >= rows[1]["flops"] and rows[0]["attention_dropout"] == 0.1
-    assert len((tmp_path / "a.jsonl").read_text().splitlines()) == 2
-
-
-@needs_libtpu
-@pytest.mark.slow  # ~12 s: four TPU compiles; the attention subcommand's two compiles are the fast guard of parts
-def test_each_layer_part_compiles_for_a_tpu(tmp_path):
-    rows = aot.main(["layer", "--topology", "v5e-1", "--size", "tiny", "--rows", "8", "--seq_len", "128",
-                     "--output", str(tmp_path / "l.jsonl")])
-    by = {r["part"]: r for r in rows}
-    assert list(by) == list(aot.PARTS) and all(r["compiler_ms"] > 0 for r in rows)
-    d, tokens = 128, 8 * 128  # tiny: hidden 128, intermediate 512
-    assert by["projection"]["flops"] == pytest.approx(3 * 2 * tokens * d * d, rel=0.05)
-    assert by["ffn"]["flops"] == pytest.approx(3 * 2 * tokens * d * 4 * d, rel=0.05)
-    parts = sum(by[p]["compiler_ms"] * n for p, n in aot.PARTS.items() if p != "block")
-    assert by["block"]["rest_ms"] == pytest.approx(by["block"]["compiler_ms"] - parts, abs=1e-3)
-    assert len((tmp_path / "l.jsonl").read_text().splitlines()) == len(aot.PARTS)

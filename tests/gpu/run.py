@@ -6,10 +6,11 @@ show first, each stage skipped when what is left of ``--budget_s`` would not cov
 logged and passed over:
 
 1. ``variants``: the default step of BERT-base at 128 tokens, batch 256, bfloat16, beside its variants
-   (``--variant``: scanned layers, attention dropout 0, another RNG) and Hugging Face's PyTorch BERT
+   (``--variant``: scanned layers, attention dropout 0, no GELU recompute) and Hugging Face's PyTorch BERT
    in bfloat16, taking turns (`bert_jax.benchmark.peers`).
 2. ``profile_before``: the default step (compiled by the first stage: cached) traced and reduced to
-   a table (`bert_jax.benchmark.profile`).
+   a table (`bert_jax.benchmark.profile`), beside the same program's kernels at the card's roofline
+   (`bert_jax.benchmark.roofline`: what the AOT tool predicts without a GPU).
 3. ``sizes``: BERT-base at 512 (batch 32), BERT-large at 512 (batch 16), ModernBERT-base at 1,024
    (batch 16), with the default step (and the fastest flags, where a variant beat it by over 3%).
 4. ``numerics``: ``pytest tests/gpu`` in a child process that does not preallocate (the GPU against
@@ -45,10 +46,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout's root: bert_jax, input_pipeline, tests/gpu
 
-# The variants timed beside the default step: each a change a GPU default could make.
-# Not again: --dropout_impl fused (4% slower) and --xla_option xla_gpu_enable_triton_gemm=false (nothing on
-# top of unrolled layers), docs/records.md "The GPU's defaults"; each unrolled variant compiles for ~35 s.
-VARIANTS = ("--scan", "--attention_dropout 0", "--rng_impl unsafe_rbg")
+# The variants timed beside the default step: each a change a GPU default could make, or undo (the
+# GELU recompute, chosen from the compiler's program without a GPU: docs/records.md "GELU recomputed in
+# the backward"). Not again: --dropout_impl fused (4% slower), --xla_option xla_gpu_enable_triton_gemm=false
+# (nothing on top of unrolled layers), --rng_impl unsafe_rbg (1%, within the noise), docs/records.md "The
+# GPU's defaults"; each unrolled variant compiles for ~35 s.
+VARIANTS = ("--scan", "--attention_dropout 0", "--recompute_activation false")
 # Variants that change what is computed (the recipe), not how: timed for the record, never combined.
 RECIPE_CHANGES = ("--attention_dropout",)
 ONE = ["--mesh", "1,1,1"]  # one device: the run measures one GPU
@@ -167,7 +170,8 @@ def profiled(run: Run, name: str, extra: list[str]) -> dict:
     waited = r["step_time_waited_median_s"] * 1e3
     run.note(f"## Where the time goes: {name} ({' '.join(extra) or 'the defaults'})\n\n"
              f"step {r['step_time_median_s'] * 1e3:.1f} ms as the trainer runs it, MFU {100 * r['mfu']:.1f}% "
-             f"(each step waited for before the next: {waited:.1f} ms)\n\n" + profile.markdown(table))
+             f"(each step waited for before the next: {waited:.1f} ms)\n\n" + profile.markdown(table)
+             + "\n\n" + least_time(where / profile.HLO_FILE))
     with tarfile.open(run.out / f"{name}.tar.gz", "w:gz") as tar:
         tar.add(where, arcname=name)
     import shutil
@@ -175,6 +179,24 @@ def profiled(run: Run, name: str, extra: list[str]) -> dict:
     shutil.rmtree(where)
     return {"step": {k: r[k] for k in ("step_time_median_s", "step_time_waited_median_s", "mfu", "tokens_per_s")},
             "table": table}
+
+
+def least_time(hlo: Path) -> str:
+    """The same program's kernels at this card's roofline (bert_jax/benchmark/roofline.py), the rows
+    of the measured table: what `python -m bert_jax.benchmark.aot estimate` predicts without a GPU."""
+    import jax
+
+    from bert_jax.benchmark import aot, roofline
+
+    kind = jax.devices()[0].device_kind
+    chip = next((c for c in aot.CHIPS.values() if c.platform == "gpu" and c.name.split()[1] in kind), None)
+    if chip is None or not hlo.is_file():
+        return f"(no roofline: {kind} is not in bert_jax.benchmark.aot.CHIPS, or no HLO was written)"
+    try:
+        t = roofline.table(roofline.kernels(hlo.read_text()), chip.peak_bf16, chip.hbm_bandwidth)
+    except ValueError as e:  # a loop in the program
+        return f"(no roofline: {e})"
+    return f"The same program at the {chip.name}'s roofline (the least time of each kernel):\n\n" + roofline.markdown(t)
 
 
 def compare_table(r: dict) -> str:

@@ -1,0 +1,90 @@
+"""The roofline of a compiled program's kernels (bert_jax/benchmark/roofline.py): bytes, FLOPs and rows
+read from HLO text, on a hand-written GPU program and on what XLA compiles here."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from bert_jax.benchmark import roofline
+
+# A GPU program as XLA prints it, cut down: a GEMM fusion (bf16 [64,32] x [32,16]), an elementwise
+# fusion under the dropout scope, a transpose, cuDNN's fused attention (q, k [2, 8, 4, 16]) and the
+# instructions that move nothing (parameters, tuples, get-tuple-element, bitcast). Written wrapped;
+# XLA prints an instruction on one line.
+GPU_HLO_WRAPPED = """HloModule jit_step
+
+%gemm_fusion_dot.1_computation (parameter_0: bf16[64,32], parameter_1: bf16[32,16]) -> bf16[64,16] {
+  %parameter_0 = bf16[64,32]{1,0} parameter(0)
+  %parameter_1 = bf16[32,16]{1,0} parameter(1)
+  ROOT %dot.0 = bf16[64,16]{1,0} dot(%parameter_0, %parameter_1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+%fused_select (param_0: bf16[64,16], param_1: pred[64,16]) -> bf16[64,16] {
+  %param_0 = bf16[64,16]{1,0} parameter(0)
+  %param_1 = pred[64,16]{1,0} parameter(1)
+  %zero = bf16[64,16]{1,0} broadcast(bf16[] constant(0)), dimensions={}
+  ROOT %select.1 = bf16[64,16]{1,0} select(%param_1, %param_0, %zero)
+}
+
+ENTRY %main (a: bf16[64,32], b: bf16[32,16], m: pred[64,16], q: bf16[2,8,4,16]) -> (bf16[64,16], bf16[16,64]) {
+  %a = bf16[64,32]{1,0} parameter(0)
+  %b = bf16[32,16]{1,0} parameter(1)
+  %m = pred[64,16]{1,0} parameter(2)
+  %q = bf16[2,8,4,16]{3,2,1,0} parameter(3)
+  %gemm_fusion_dot.1 = bf16[64,16]{1,0} fusion(%a, %b), kind=kCustom, calls=%gemm_fusion_dot.1_computation,
+    metadata={op_name="jit(step)/jvp(ffn)/dot_general"}
+  %loop_select_fusion = bf16[64,16]{1,0} fusion(%gemm_fusion_dot.1, %m), kind=kLoop, calls=%fused_select,
+    metadata={op_name="jit(step)/jvp(dropout)/select_n"}
+  %transpose.2 = bf16[16,64]{1,0} transpose(%loop_select_fusion), dimensions={1,0}, metadata={op_name="jit(s)/t"}
+  %fmha = (bf16[2,4,8,16]{3,1,2,0}, f32[2,4,8]{2,1,0}, u8[0]{0}) custom-call(%q, %q, %q),
+    custom_call_target="__cudnn$fmhaSoftmax", metadata={op_name="jit(step)/jvp(attention)/dot_product_attention_fwd"}
+  %gte = bf16[2,4,8,16]{3,1,2,0} get-tuple-element(%fmha), index=0
+  %bc = bf16[16,64]{1,0} bitcast(%transpose.2)
+  ROOT %tuple = (bf16[64,16]{1,0}, bf16[16,64]{1,0}) tuple(%loop_select_fusion, %bc)
+}
+"""
+GPU_HLO = GPU_HLO_WRAPPED.replace(",\n    ", ", ")
+
+
+def test_each_kernel_moves_its_operands_and_results_and_does_its_products():
+    ks = {k.name: k for k in roofline.kernels(GPU_HLO)}
+    assert set(ks) == {"gemm_fusion_dot.1", "loop_select_fusion", "transpose.2", "fmha"}
+    gemm, select, transpose, fmha = (ks[n] for n in ("gemm_fusion_dot.1", "loop_select_fusion", "transpose.2", "fmha"))
+    assert (gemm.bytes, gemm.flops) == (2 * (64 * 32 + 32 * 16 + 64 * 16), 2 * 64 * 16 * 32)
+    assert gemm.row == "matrix products"
+    assert (select.bytes, select.flops, select.row) == (2 * 64 * 16 * 2 + 64 * 16, 0, "dropout")
+    assert (transpose.bytes, transpose.row) == (2 * 2 * 64 * 16, "copies/transposes")
+    q = 2 * 8 * 4 * 16 * 2  # bytes of q (read three times: q, k, v)
+    assert fmha.bytes == 3 * q + q + 2 * 4 * 8 * 4 and fmha.row == "attention"
+    assert fmha.flops == roofline.FMHA_FLOPS["forward"] * 2 * 4 * 8 * 8 * 16  # B·N·T·S·H
+    assert gemm.what == "jvp(ffn)/dot_general"
+
+
+def test_the_table_is_the_sum_of_each_kernels_least_time():
+    ks = roofline.kernels(GPU_HLO)
+    peak, bandwidth = 1e6, 1e9  # a device on which the products are compute-bound, the rest memory-bound
+    t = roofline.table(ks, peak, bandwidth)
+    want = sum(max(k.bytes / bandwidth, k.flops / peak) for k in ks) * 1e3
+    assert t["ms"] == pytest.approx(want) and t["bytes"] == sum(k.bytes for k in ks)
+    rows = {r["row"]: r for r in t["rows"]}
+    assert rows["matrix products"]["ms"] == pytest.approx(2 * 64 * 16 * 32 / peak * 1e3)  # compute-bound
+    assert rows["dropout"]["top"] == [("jvp(dropout)/select_n", pytest.approx(rows["dropout"]["ms"]))]
+    assert "| the step |" in roofline.markdown(t)
+
+
+def test_a_loop_is_refused_rather_than_counted_once():
+    looped = GPU_HLO.replace("%transpose.2 = bf16[16,64]{1,0} transpose(%loop_select_fusion), dimensions={1,0}",
+                             "%transpose.2 = bf16[16,64]{1,0} while(%loop_select_fusion), condition=%c, body=%b")
+    with pytest.raises(ValueError, match="while .*unrolled layers"):
+        roofline.kernels(looped)
+
+
+def test_the_products_of_a_program_xla_compiled_here():
+    """The FLOPs read from a real compiled program (this machine's) are 2·M·N·K per product."""
+    x = jax.ShapeDtypeStruct((64, 48), jnp.float32)
+    w = jax.ShapeDtypeStruct((48, 80), jnp.float32)
+    v = jax.ShapeDtypeStruct((80, 8), jnp.float32)
+    text = jax.jit(lambda x, w, v: jnp.tanh(x @ w) @ v).lower(x, w, v).compile().as_text()
+    ks = roofline.kernels(text)
+    assert sum(k.flops for k in ks) == 2 * 64 * 80 * 48 + 2 * 64 * 8 * 80
+    assert sum(k.bytes for k in ks) >= 4 * (64 * 48 + 48 * 80 + 80 * 8 + 64 * 8)  # at least the inputs and output

@@ -1,0 +1,60 @@
+"""With ``recompute_activation`` (resolved on for CPUs and GPUs, off for TPUs: tests/test_resolve.py)
+the dense feed-forward block recomputes its activation in the backward from its input
+(bert_jax/model/layers.py, `FeedForward`): the same outputs and gradients as differentiating it
+through, and no erf/tanh intermediate kept from the forward to the backward; GeGLU is differentiated
+through, where the recompute measured no gain (docs/records.md, "GELU recomputed in the backward")."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from bert_jax.model.config import BertConfig
+from bert_jax.model.layers import FeedForward
+
+KINDS = {  # BERT's exact GELU, ALBERT's tanh form, ModernBERT's GeGLU; each asked to recompute
+    "gelu": dict(hidden_act="gelu"), "gelu_new": dict(hidden_act="gelu_new"),
+    "geglu": dict(hidden_act="gelu", ffn="geglu"),
+}
+ON = dict(recompute_activation=True)
+
+
+def through(ffn: FeedForward, x):
+    """The block without the recompute: its layers called in order, differentiated through."""
+    y = ffn.intermediate(x)  # [*tokens, mlp] or [*tokens, 2, mlp]
+    y = ffn.act(y[..., 0, :]) * y[..., 1, :] if ffn.geglu else ffn.act(y)
+    return ffn.output(y)  # [*tokens, embed]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_recompute_gives_the_same_values_and_gradients(kind):
+    cfg = BertConfig.from_size("tiny", **KINDS[kind], **ON)
+    graphdef, params = nnx.split(FeedForward(cfg, rngs=nnx.Rngs(0)))
+    x = jax.random.normal(jax.random.key(0), (2, 8, cfg.hidden_size)) * 3  # [batch, length, embed]
+    g = jax.random.normal(jax.random.key(1), x.shape)  # a cotangent
+
+    def block(params, x, fn):
+        return fn(nnx.merge(graphdef, params), x)
+
+    y, back = jax.vjp(lambda p, x: block(p, x, lambda m, x: m(x)), params, x)
+    y_ref, back_ref = jax.vjp(lambda p, x: block(p, x, through), params, x)
+    np.testing.assert_allclose(np.asarray(y), np.asarray(y_ref), rtol=1e-6, atol=1e-6)
+    for a, b in zip(jax.tree.leaves(back(g)), jax.tree.leaves(back_ref(g)), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("recompute", [True, False])
+def test_the_backward_recomputes_the_activation(kind, recompute):
+    """The differentiated dense block holds a ``checkpoint`` (remat) around its activation when asked;
+    GeGLU's and the block differentiated through hold none."""
+    cfg = BertConfig.from_size("tiny", dtype="bfloat16", recompute_activation=recompute, **KINDS[kind])
+    graphdef, params = nnx.split(FeedForward(cfg, rngs=nnx.Rngs(0)))
+    x = jnp.ones((2, 8, cfg.hidden_size), jnp.bfloat16)  # [batch, length, embed]
+
+    def jaxpr(fn):
+        return str(jax.make_jaxpr(jax.grad(lambda p: fn(nnx.merge(graphdef, p), x).astype(jnp.float32).sum()))(params))
+
+    assert ("remat" in jaxpr(lambda m, x: m(x))) == (recompute and kind != "geglu")
+    assert "remat" not in jaxpr(through)
