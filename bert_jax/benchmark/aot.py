@@ -83,10 +83,10 @@ CHIPS = {
 GPU_TARGET = """gpu_device_info {{ threads_per_block_limit: 1024 threads_per_warp: 32 l2_cache_size: 52428800
   shared_memory_per_block: 49152 shared_memory_per_core: 233472 threads_per_core_limit: 2048 core_count: {cores}
   fpus_per_core: 128 block_dim_limit_x: 2147483647 block_dim_limit_y: 65535 block_dim_limit_z: 65535
-  memory_bandwidth: {bandwidth}
-  clock_rate_ghz: 1.98 device_memory_size: {memory} shared_memory_per_block_optin: 232448 cuda_compute_capability {{
-  major: 9 minor: 0 }} registers_per_core_limit: 65536 registers_per_block_limit: 65536 }} platform_name: "CUDA"
-dnn_version_info {{ major: 9 minor: 10 }} runtime_version {{ major: 13 minor: 0 }} device_description_str: "{name}"
+  memory_bandwidth: {bandwidth} clock_rate_ghz: 1.98 device_memory_size: {memory} shared_memory_per_block_optin: 232448
+  cuda_compute_capability {{ major: 9 minor: 0 }} registers_per_core_limit: 65536 registers_per_block_limit: 65536 }}
+platform_name: "CUDA" dnn_version_info {{ major: 9 minor: 10 }} runtime_version {{ major: 13 minor: 0 }}
+device_description_str: "{name}"
 """  # XLA's GpuTargetConfigProto for a Hopper card (sm_90): what its compiler needs instead of the card
 
 
@@ -234,9 +234,9 @@ def compile_step(config, devices, batch_size: int, compile: bool = True) -> dict
             raise
         return dict(out, compile_s=round(time.perf_counter() - start, 1), error=cli.message(e)[:300])
     c = cost(compiled)
-    kernels = kernel_roofline.kernels(compiled.as_text()) if not c["flops"] and not c["bytes"] else None
+    hlo = compiled.as_text() if not c["flops"] and not c["bytes"] else None  # a GPU's: read by `estimate`
     return dict(out, compile_s=round(time.perf_counter() - start, 1), memory=trainer_steps.memory(compiled),
-                cost=c, kernels=kernels)
+                cost=c, hlo=hlo)
 
 
 def report(r: dict, chip: Chip, devices: int) -> dict:
@@ -271,10 +271,10 @@ def update_cost(config, devices) -> dict:
     return cost(fn.lower(target, target.params).compile())
 
 
-def gpu_cost(kernels: list, chip: Chip) -> tuple[dict, dict]:
+def gpu_cost(hlo: str, chip: Chip) -> tuple[dict, dict]:
     """One GPU's step: (its cost, its estimate) from the least time of the compiled program's kernels
     (`bert_jax.benchmark.roofline`)."""
-    t = kernel_roofline.table(kernels, chip.peak_bf16, chip.hbm_bandwidth)
+    t = kernel_roofline.table(kernel_roofline.kernels(hlo), chip.peak_bf16, chip.hbm_bandwidth)
     c = {"flops": t["flops"], "bytes": t["bytes"]}
     return c, dict(roofline(c, chip), step_s=t["ms"] / 1e3, table=t, source="the least time of the GPU's kernels")
 
@@ -287,14 +287,14 @@ def estimate(config, devices, chip: Chip, steps: int = 0, memory: bool = True) -
         raise ValueError("the GPU estimate reads every kernel of the step, so a loop would be counted once: "
                          "set --config.model.scan_layers=false and --config.per_device_batch=0")
     r = report(compile_step(config, devices, config.batch_size, compile=memory or gpu), chip, len(devices))
-    kernels = r.pop("kernels", None)
+    hlo = r.pop("hlo", None)
     if (memory or gpu) and not r["fits"]:  # no time for a step that does not fit
         return dict(r, estimate=None)
     k, n = r["accumulation_steps"], r["layers"]
     if config.batch_size % k:
         raise ValueError(f"batch_size {config.batch_size} is not divisible by {k} micro-batches")
     if gpu:
-        c, e = gpu_cost(kernels, chip)
+        c, e = gpu_cost(hlo, chip)
     else:
         one, two = (compile_step(with_model(config, num_layers=i, scan_layers="false"), devices,
                                  config.batch_size // k) for i in (1, 2))
@@ -392,7 +392,7 @@ def main(argv=None) -> list[dict]:
     else:
         results = [report(compile_step(config, devices, config.batch_size), chip, len(devices))]
     for r in results:
-        r.pop("kernels", None)  # the GPU program's kernels: read into the estimate's table
+        r.pop("hlo", None)  # the GPU program: read into the estimate's table
         r.update(topology=args.topology, topology_name=name, config=args.config, overrides=overrides)
         print(summary(r), flush=True)
         if args.output:
