@@ -64,6 +64,8 @@ class Instruction:
     target: str = ""  # custom_call_target
     calls: str = ""  # a fusion's computation
     gemm_fusion: bool = False  # a fusion XLA made around a matrix product (Triton, cuBLAS epilogues)
+    computation: str = ""  # the computation it is in ("ENTRY": the program's own)
+    line: str = ""  # its text
 
 
 def parse_hlo(text: str) -> tuple[dict[str, Instruction], dict[str, set[str]]]:
@@ -77,7 +79,7 @@ def parse_hlo(text: str) -> tuple[dict[str, Instruction], dict[str, set[str]]]:
             op = OPCODE.search(" " + rest.split(", metadata=")[0])
             if op is None:
                 continue
-            ins = Instruction(m["name"], op["op"])
+            ins = Instruction(m["name"], op["op"], computation=current or "", line=line)
             if (x := re.search(r'op_name="([^"]*)"', rest)) is not None:
                 ins.op_name = x[1]
             if (x := re.search(r'custom_call_target="([^"]*)"', rest)) is not None:

@@ -66,14 +66,9 @@ def kernels(hlo_text: str) -> list[Kernel]:
     """The entry computation's kernels. Raises ValueError for a program with loops (scanned layers,
     micro-batches): a loop's body would be counted once."""
     instructions, computations = parse_hlo(hlo_text)
-    bodies, current = collections.defaultdict(list), None
-    for line in hlo_text.splitlines():
-        if line.startswith(("ENTRY ", "%")) and line.rstrip().endswith("{"):
-            current = "ENTRY" if line.startswith("ENTRY ") else line[1:].split()[0].split("(")[0]
-        elif line.startswith("}"):
-            current = None
-        elif current is not None:
-            bodies[current].append(line)
+    bodies = collections.defaultdict(list)  # computation -> its instructions' lines
+    for ins in instructions.values():
+        bodies[ins.computation].append(ins.line)
     if "ENTRY" not in bodies:
         raise ValueError("no ENTRY computation in the HLO text")
     shapes, out = {}, []
