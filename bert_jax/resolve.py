@@ -16,7 +16,8 @@ What "auto" means per platform lives here, one pure function of the platform's n
 * ``model.scan_layers`` ("true" / "false", the strings ml_collections holds): `resolve_scan`
   (unrolled on CPU and NVIDIA GPUs, scanned on TPUs and ROCm, and for ALBERT's shared block);
 * ``model.attention_impl``: `resolve_attention` (cuDNN's flash attention on an NVIDIA GPU where it
-  applies: bfloat16/float16, a head width that is a multiple of 8 up to 128; else XLA);
+  applies: bfloat16/float16, a head width that is a multiple of 8 up to 128; else XLA; the GPU's
+  Pallas flash attention with dropout, "flash", only when asked for);
 * ``model.dropout_impl``: `resolve_dropout` (fused Threefry on CPU, ``jax.random`` elsewhere);
 * ``model.recompute_activation``: `resolve_recompute` (on CPU and NVIDIA GPUs, not on TPUs and ROCm);
 * ``per_device_batch`` (pre-training): rows per batch shard in one micro-batch (0: the whole batch
@@ -140,15 +141,19 @@ def resolve_attention(impl: str, platform: str, *, dtype: str = "bfloat16", head
     attention) on a TPU where the kernel takes the head width and dtype (`splash.splash_applies`;
     a length it does not take runs on XLA); else "xla". Packed rows stay on XLA even under "cudnn"
     (`bert_jax.model.layers.attention_call`). An explicit "splash" off a TPU is the kernel in Pallas'
-    interpreter on the CPU ("splash_interpret": how its tests check it), an error on a GPU; any other
-    explicit choice is returned unchanged."""
+    interpreter on the CPU ("splash_interpret": how its tests check it), an error on a GPU; an explicit
+    "flash" (the GPU's Pallas kernel with dropout inside, bert_jax/model/flash.py) likewise: the kernel
+    on an NVIDIA GPU, interpreted on the CPU, an error on a TPU or ROCm; any other explicit choice is
+    returned unchanged."""
     if impl not in (AUTO, *ATTENTION_IMPLS):
         raise ValueError(f"attention_impl {impl!r}: expected one of {(AUTO, *ATTENTION_IMPLS)}")
     kind = platform_kind(platform)
-    if impl == "splash" and kind != "tpu":
+    home = {"splash": "tpu", "flash": "gpu"}.get(impl)
+    if home and kind != home:
         if kind != "cpu":
-            raise ValueError(f"attention_impl 'splash' is the TPU's kernel: on {platform!r} use xla or cudnn")
-        return "splash_interpret"  # the CPU: Pallas' interpreter
+            other = {"tpu": "xla or splash", "gpu": "xla or cudnn"}.get(kind, "xla")
+            raise ValueError(f"attention_impl {impl!r} is the {home.upper()}'s kernel: on {platform!r} use {other}")
+        return f"{impl}_interpret"  # the CPU: Pallas' interpreter
     if impl != AUTO:
         return impl
     if kind == "tpu":

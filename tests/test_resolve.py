@@ -64,11 +64,27 @@ def test_splash_per_platform_and_length():
     assert attention_call("splash_interpret", "packed", (2, 384, 4, 64), "float32") == "splash_interpret"
 
 
+def test_flash_per_platform_and_length():
+    """An explicit "flash" (the GPU's Pallas kernel with dropout inside): the kernel on an NVIDIA GPU,
+    Pallas' interpreter on the CPU, an error on a TPU or ROCm; "auto" never picks it; at a length
+    that is not a multiple of 64 (or a head width that is not a power of two) the model runs XLA."""
+    assert resolve_attention("flash", "cuda") == "flash"
+    assert resolve_attention("flash", "cpu", dtype="float32") == "flash_interpret"
+    with pytest.raises(ValueError, match="'flash' is the GPU's kernel: on 'tpu' use xla or splash"):
+        resolve_attention("flash", "tpu")
+    with pytest.raises(ValueError, match="'flash' is the GPU's kernel: on 'rocm' use xla"):
+        resolve_attention("flash", "rocm")
+    assert resolve_attention("auto", "gpu") == "cudnn"
+    assert attention_call("flash", "padding", (2, 100, 4, 64), "bfloat16") == "xla"
+    assert attention_call("flash", "padding", (2, 128, 4, 48), "bfloat16") == "xla"
+    assert attention_call("flash_interpret", "packed", (2, 384, 4, 64), "float32") == "flash_interpret"
+
+
 def test_explicit_attention_choice_is_kept_and_unknown_rejected():
     for impl in ("xla", "cudnn", "explicit"):
         assert resolve_attention(impl, "cpu", dtype="float32") == impl
-    with pytest.raises(ValueError, match="attention_impl 'flash'"):
-        resolve_attention("flash", "gpu")
+    with pytest.raises(ValueError, match="attention_impl 'flashy'"):
+        resolve_attention("flashy", "gpu")
 
 
 def test_auto_dropout_per_platform():

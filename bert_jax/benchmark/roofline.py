@@ -17,6 +17,7 @@ import math
 import re
 
 from bert_jax.benchmark.profile import ROWS, classify, parse_hlo
+from bert_jax.model import flash
 
 BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4, "f32": 4,
          "s64": 8, "u64": 8, "f64": 8, "f8e4m3fn": 1, "f8e5m2": 1}
@@ -27,6 +28,10 @@ FREE = {"parameter", "constant", "get-tuple-element", "tuple", "bitcast", "after
 LOOPS = {"while", "conditional", "call"}
 # cuDNN's attention, FLOPs per B·N·T·S·H: 2 products forward (4), 5 backward with the scores recomputed (10).
 FMHA_FLOPS = {"forward": 4, "backward": 10}
+# The model's Pallas flash attention (bert_jax/model/flash.py), per B·N·H and (query, key) pair it
+# computes: 2 products forward; backward 7 (scores and dO·Vᵀ twice: once for dK, dV, once for dQ).
+FLASH_FLOPS = {"forward": 4, "backward": 14}
+FLASH = re.compile(r"flash_(forward|backward)(?:_window(\d+))?")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +54,11 @@ def array_bytes(shape: str) -> int:
 
 def flops(ins, lines: list[str], operand_shapes: list[str]) -> int:
     """2 · output · contracted size for each ``dot`` among ``lines`` (the kernel's computation), or
-    cuDNN attention's from q [B, T, N, H] and k [B, S, N, H] (its first two operands)."""
+    cuDNN attention's from q [B, T, N, H] and k [B, S, N, H] (its first two operands), or the flash
+    kernel's from q and the blocks its window visits."""
+    if ins is not None and ins.target == "__gpu$xla.gpu.triton" and (m := FLASH.search(ins.op_name)):
+        b, t, n, h = (dims(operand_shapes[3]) or [[0] * 4])[0]  # q [B, T, N, H] (after seed, rows, heads)
+        return FLASH_FLOPS[m[1]] * b * n * h * flash.BLOCK**2 * flash.block_pairs(t, int(m[2] or 0))
     if ins is not None and ins.target.startswith("__cudnn$fmha"):
         q, k = ((dims(s) or [[]])[0] for s in operand_shapes[:2])
         per = FMHA_FLOPS["backward" if "backward" in ins.target.lower() else "forward"]

@@ -162,7 +162,8 @@ class Bench:
     def describe(self, batch_size: int | None) -> dict:
         a, cfg, dev = self.args, self.cfg, jax.devices()[0]
         fused = cfg.attention_dropout_prob == 0.0 and cfg.attention_impl != "explicit"
-        path = (f"jax.nn.dot_product_attention(implementation={cfg.attention_impl})" if fused else
+        path = (f"{cfg.attention_impl}: Pallas flash attention, dropout inside" if "flash" in cfg.attention_impl else
+                f"jax.nn.dot_product_attention(implementation={cfg.attention_impl})" if fused else
                 "explicit einsum-softmax-dropout-einsum" + (" (attention dropout needs the probabilities)"
                                                             if cfg.attention_dropout_prob else ""))
         steps = self.steps(a.batch_size[0] if batch_size is None else batch_size)
@@ -325,7 +326,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     add("--remat", default="none", help="none | full | a jax.checkpoint_policies name")
     add("--scan", action="store_const", const=True, default="auto", help="scanned layers (default: the trainer's)")
     add("--noscan", dest="scan", action="store_const", const=False, help="unrolled layers")
-    add("--attention_impl", default="auto", choices=("auto", "xla", "cudnn", "explicit"))
+    add("--attention_impl", default="auto", choices=("auto", "xla", "cudnn", "explicit", "flash"))
     add("--attention_dropout", type=float, default=None, help="default: the recipe's")
     add("--dropout_impl", default="auto", choices=("auto", "jax", "fused"), help="model.dropout_impl")
     add("--recompute_activation", default="auto", choices=("auto", "true", "false"), help="model.recompute_activation")

@@ -20,8 +20,8 @@ POSITION_EMBEDDINGS = ("absolute", "rotary")
 NORM_POSITIONS = ("post", "pre")
 FFNS = ("dense", "geglu")
 INIT_METHODS = ("bert", "megatron")
-# splash_interpret: the splash kernel in Pallas' interpreter (any backend: how the CPU tests check it).
-ATTENTION_IMPLS = ("xla", "cudnn", "explicit", "splash", "splash_interpret")
+# *_interpret: a Pallas kernel in Pallas' interpreter (any backend: how the CPU tests check it).
+ATTENTION_IMPLS = ("xla", "cudnn", "explicit", "splash", "splash_interpret", "flash", "flash_interpret")
 DROPOUT_IMPLS = ("jax", "fused")
 EXECUTION_FIELDS = ("dtype", "scan_layers", "attention_impl", "dropout_impl", "recompute_activation")
 
@@ -163,8 +163,10 @@ class BertConfig:
     # jax.nn.dot_product_attention on XLA ("xla") or cuDNN's flash attention for padding masks
     # ("cudnn"), or the TPU's Pallas splash attention ("splash": segment ids for padding and packing,
     # ModernBERT's local windows; lengths a multiple of 128, else XLA), unless probabilities or
-    # attention dropout are needed, or "explicit" softmax always.
-    attention_impl: Literal["xla", "cudnn", "explicit", "splash", "splash_interpret"] = "xla"
+    # attention dropout are needed, or "explicit" softmax always; "flash": the GPU's Pallas (Triton)
+    # flash attention with the dropout drawn inside it (bert_jax/model/flash.py; segment ids, windows).
+    attention_impl: Literal["xla", "cudnn", "explicit", "splash", "splash_interpret", "flash",
+                            "flash_interpret"] = "xla"
     # How dropout draws its mask: "jax" (jax.random.bernoulli), "fused" (Threefry unrolled into the
     # dropout's fusion: bert_jax/model/dropout.py).
     dropout_impl: Literal["jax", "fused"] = "jax"

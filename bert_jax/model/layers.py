@@ -23,6 +23,7 @@ from bert_jax.model import axes
 from bert_jax.model.activation_sharding import constrain, per_shard
 from bert_jax.model.config import ATTENTION_IMPLS, BertConfig, LayerSpec
 from bert_jax.model.dropout import Dropout
+from bert_jax.model.flash import flash_applies, flash_attention
 from bert_jax.model.splash import segment_ids_from_mask, splash_applies, splash_attention
 from bert_jax.model.token_layout import PADDED, TokenLayout
 
@@ -90,13 +91,15 @@ def attention_call(impl: str, kind: MaskKind, shape: tuple[int, ...] = (), dtype
     [batch, length, heads, kv]: "cudnn" (cuDNN's flash attention: bfloat16/float16, padding given as
     per-row key lengths, rows padded at the end as every pipeline here builds them) takes padding masks
     and leaves packed rows, which no key lengths express, to XLA (and local layers' bands too:
-    `cudnn_layer`); "splash" (and its interpreted form)
-    takes both, at lengths and head widths the kernel takes (`splash.splash_applies`), else XLA."""
+    `cudnn_layer`); "splash" and "flash" (and their interpreted forms) take both, at lengths, head
+    widths and dtypes their kernels take (`splash.splash_applies`, `flash.flash_applies`), else XLA."""
     if impl not in ATTENTION_IMPLS:
         raise ValueError(f"attention_impl {impl!r}: expected one of {ATTENTION_IMPLS} (bert_jax.resolve "
                          "resolves a job config's choice for its platform)")
     if impl.startswith("splash"):
         return impl if shape and splash_applies(shape[1], shape[-1], dtype) else "xla"
+    if impl.startswith("flash"):
+        return impl if shape and flash_applies(shape[1], shape[-1], dtype) else "xla"
     return "xla" if impl == "cudnn" and kind == "packed" else impl
 
 
@@ -109,6 +112,32 @@ def splash_layer(q, k, v, segment_ids, spec: LayerSpec | None, window: int, inte
         heads = (axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_HEADS, axes.ACT_KV)
         kernel = functools.partial(splash_attention, window=w or None, interpret=interpret)
         return per_shard(kernel, heads, heads, heads, (axes.ACT_BATCH, axes.ACT_LENGTH))(q, k, v, segment_ids)
+
+    if spec is None:
+        return run(0)  # [batch, length, heads, kv]
+    if isinstance(spec.window, int):  # an unrolled layer: its own window (0: global)
+        return run(spec.window)
+    return jax.lax.cond(spec.window == 0, lambda: run(0), lambda: run(window))  # [batch, length, heads, kv]
+
+
+def flash_layer(q, k, v, segment_ids, spec: LayerSpec | None, window: int, key, rate: float,
+                interpret: bool) -> jax.Array:
+    """The GPU's flash attention (`flash.flash_attention`) for a layer of ``spec`` (None: BERT's global
+    layer), dropout ``rate`` drawn from ``key`` inside the kernel (None: no dropout); a scanned
+    stack, whose spec is data, chooses between the global and the local kernel with ``lax.cond``.
+    Each device runs its own rows and heads, numbered globally so the dropout mask does not depend
+    on the split. q, k, v: [batch, length, heads, kv]; segment_ids: [batch, length]."""
+    rows = jnp.arange(q.shape[0], dtype=jnp.int32)  # [batch]
+    heads = jnp.arange(q.shape[2], dtype=jnp.int32)  # [heads]
+
+    def run(w):
+        def kernel(q, k, v, ids, rows, heads):
+            return flash_attention(q, k, v, ids, key=key, rate=rate, window=w, rows=rows, heads=heads,
+                                   interpret=interpret)
+
+        names = (axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_HEADS, axes.ACT_KV)
+        return per_shard(kernel, names, names, names, (axes.ACT_BATCH, axes.ACT_LENGTH), (axes.ACT_BATCH,),
+                         (axes.ACT_HEADS,))(q, k, v, segment_ids, rows, heads)
 
     if spec is None:
         return run(0)  # [batch, length, heads, kv]
@@ -281,12 +310,18 @@ class SelfAttention(nnx.Module):
             q, k = rotary(q, positions, spec.rope_theta), rotary(k, positions, spec.rope_theta)
         needs_dropout = not deterministic and cfg.attention_dropout_prob > 0.0
         probs = None
-        explicit = return_probs or needs_dropout or cfg.attention_impl == "explicit"
-        impl = "explicit" if explicit else attention_call(cfg.attention_impl, mask_kind(mask.shape), q.shape, q.dtype)
+        impl = attention_call(cfg.attention_impl, mask_kind(mask.shape), q.shape, q.dtype)
+        if return_probs or (needs_dropout and not impl.startswith("flash")):
+            impl = "explicit"  # the probabilities themselves, or dropout no other kernel draws
         with jax.named_scope("attention"):  # the profile's "attention" row (bert_jax/benchmark/profile.py)
             if impl.startswith("splash"):  # padding / packing as segment ids, the window as the kernel's block mask
                 ids = segment_ids_from_mask(mask)  # [batch, length]
                 ctx = splash_layer(q, k, v, ids, spec, cfg.local_window, interpret=impl == "splash_interpret")
+            elif impl.startswith("flash"):  # segment ids and the window as splash; dropout inside the kernel
+                ids = segment_ids_from_mask(mask)  # [batch, length]
+                key = rngs.dropout() if needs_dropout else None
+                rate = cfg.attention_dropout_prob if needs_dropout else 0.0
+                ctx = flash_layer(q, k, v, ids, spec, cfg.local_window, key, rate, interpret=impl == "flash_interpret")
             elif impl == "cudnn":  # flash attention, padding as key lengths; a local layer's band on XLA
                 ctx = cudnn_layer(q, k, v, mask, spec, cfg.local_window)
             else:

@@ -93,14 +93,17 @@ def test_the_gpu_estimate_is_its_kernels_least_time(monkeypatch):
 
 @pytest.mark.skipif(not aot.has_cuda_plugin(),
                     reason="needs JAX's CUDA plugin: pip install -e '.[gpu-aot]'")
-def test_the_step_compiles_for_one_h100_without_one():
-    """XLA's GPU compiler, with no GPU: tiny BERT's training step for an H100, its memory and table."""
+@pytest.mark.parametrize("impl", ["auto", "flash"])
+def test_the_step_compiles_for_one_h100_without_one(impl):
+    """XLA's GPU compiler, with no GPU: tiny BERT's training step for an H100, its memory and table;
+    with the Pallas flash attention, Triton compiles its kernels too."""
     out = subprocess.run([sys.executable, "-m", "bert_jax.benchmark.aot", "estimate", "--config",
-                          "configs/pretrain.py:synthetic,size=tiny", "--topology", "h100", "--config.batch_size=8"],
-                         capture_output=True, text=True, timeout=600)
+                          "configs/pretrain.py:synthetic,size=tiny", "--topology", "h100", "--config.batch_size=8",
+                          f"--config.model.attention_impl={impl}"], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "1 x NVIDIA H100 80GB HBM3" in out.stdout and "fits" in out.stdout and "MFU" in out.stdout
     assert "| matrix products |" in out.stdout and "| the step |" in out.stdout
+    assert ("flash_backward/pallas_call" in out.stdout) == (impl == "flash")
 
 
 def test_config_overrides_and_auto_means_the_tpus(tmp_path):

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import pytest
 
 from bert_jax.benchmark import roofline
+from bert_jax.model import flash
 
 # A GPU program as XLA prints it, cut down: a GEMM fusion (bf16 [64,32] x [32,16]), an elementwise
 # fusion under the dropout scope, a transpose, cuDNN's fused attention (q, k [2, 8, 4, 16]) and the
@@ -58,6 +59,37 @@ def test_each_kernel_moves_its_operands_and_results_and_does_its_products():
     assert fmha.bytes == 3 * q + q + 2 * 4 * 8 * 4 and fmha.row == "attention"
     assert fmha.flops == roofline.FMHA_FLOPS["forward"] * 2 * 4 * 8 * 8 * 16  # B·N·T·S·H
     assert gemm.what == "jvp(ffn)/dot_general"
+
+
+FLASH_HLO_WRAPPED = """HloModule jit_step
+
+ENTRY %main (s: u32[2], r: s32[2], h: s32[4], q: bf16[2,256,4,16], i: s32[2,256]) -> bf16[2,256,4,16] {
+  %s = u32[2]{0} parameter(0)
+  %r = s32[2]{0} parameter(1)
+  %h = s32[4]{0} parameter(2)
+  %q = bf16[2,256,4,16]{3,2,1,0} parameter(3)
+  %i = s32[2,256]{1,0} parameter(4)
+  %fwd = bf16[2,256,4,16]{3,2,1,0} custom-call(%s, %r, %h, %q, %q, %q, %i),
+    custom_call_target="__gpu$xla.gpu.triton", metadata={op_name="jit(step)/jvp(attention)/flash_forward/pallas_call"}
+  %local = bf16[2,256,4,16]{3,2,1,0} custom-call(%s, %r, %h, %fwd, %q, %q, %i),
+    custom_call_target="__gpu$xla.gpu.triton",
+    metadata={op_name="jit(step)/jvp(attention)/flash_forward_window32/pallas_call"}
+  ROOT %bwd = bf16[2,256,4,16]{3,2,1,0} custom-call(%s, %r, %h, %local, %q, %q, %i),
+    custom_call_target="__gpu$xla.gpu.triton",
+    metadata={op_name="jit(step)/transpose(jvp(attention))/flash_backward/pallas_call"}
+}
+"""
+FLASH_HLO = FLASH_HLO_WRAPPED.replace(",\n    ", ", ")
+
+
+def test_the_flash_kernels_products_are_the_blocks_their_window_visits():
+    """The model's Pallas flash attention (a Triton custom call named by its pallas_call): 2 products
+    forward, 7 backward, for each (query block, key block) pair its window reaches."""
+    ks = {k.name: k for k in roofline.kernels(FLASH_HLO)}
+    pair = 2 * 4 * 16 * 64 * 64  # B·N·H·block²
+    assert flash.block_pairs(256, 0) == 16 and flash.block_pairs(256, 32) == 10  # 4 + 3 + 3 + 2 of 16 blocks
+    assert (ks["fwd"].flops, ks["local"].flops, ks["bwd"].flops) == (4 * pair * 16, 4 * pair * 10, 14 * pair * 16)
+    assert {k.row for k in ks.values()} == {"attention"}
 
 
 def test_the_table_is_the_sum_of_each_kernels_least_time():

@@ -5,8 +5,9 @@ tests/model/test_cudnn_path.py, with cuDNN's call routed to XLA.
 
 * One pre-training loss and its gradients from the model resolved for the GPU (bfloat16, cuDNN
   attention, unrolled), run on the GPU, against the CPU's float32 ones on the same batch and parameters.
-* cuDNN's attention against XLA's on the GPU, through the encoder and its gradients: BERT on padded
-  rows, ModernBERT on padded rows longer than its local window; scanned and unrolled.
+* cuDNN's attention and the Pallas flash kernel against XLA's on the GPU, through the encoder and its
+  gradients: BERT on padded rows, ModernBERT on padded rows longer than its local window; scanned and
+  unrolled. The flash kernel against its XLA reference with dropout (the same mask), float32 and bfloat16.
 * The GPU's step run twice gives the same numbers.
 """
 
@@ -47,7 +48,7 @@ LOSS_TOLERANCE, GRAD_TOLERANCE = 1e-2, 4e-2
 # cuDNN's bfloat16 error against float32 (‖Δ‖ / ‖x‖ over real tokens, and over the gradients) within
 # BF16_FACTOR times XLA's bfloat16 error plus PATH_TOLERANCE.
 BF16_FACTOR, PATH_TOLERANCE = 3.0, 2e-2
-CUDNN_CALL = "__cudnn$fmha"  # the custom call's target in the compiled HLO
+KERNEL_CALL = {"cudnn": "__cudnn$fmha", "flash": "__gpu$xla.gpu.triton"}  # custom call targets in the compiled HLO
 
 
 @pytest.mark.parametrize("family,fields", [("bert", {}), ("bert", {"attention_dropout_prob": 0.0}),
@@ -88,14 +89,19 @@ def relative(a, b, where) -> float:
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
+@pytest.mark.parametrize("impl", ["cudnn", "flash"])
 @pytest.mark.parametrize("family", ["bert", "modernbert"])
 @pytest.mark.parametrize("scan", [True, False], ids=["scanned", "unrolled"])
-def test_cudnn_attention_matches_xla_on_the_gpu(family, scan):
-    """cuDNN's and XLA's attention in bfloat16 are each compared with XLA's in float32: cuDNN's error
-    may not exceed a few times XLA's own bfloat16 error (both round the probabilities to bfloat16, in
-    other orders), while a lost window or key length is off by far more (the last assertion)."""
+def test_fused_attention_matches_xla_on_the_gpu(impl, family, scan):
+    """cuDNN's (or the Pallas flash kernel's) and XLA's attention in bfloat16 are each compared with
+    XLA's in float32: the kernel's error may not exceed a few times XLA's own bfloat16 error (both
+    round the probabilities to bfloat16, in other orders), while a lost window or key length is off by
+    far more (the last assertion)."""
     cfg = encoder_config(family, scan)
-    ids, mask, seg = jax.device_put(rows(), gpus()[0])
+    ids, mask, seg = rows()
+    if impl == "flash":  # the kernel takes lengths in multiples of 64: more padding at the end
+        ids, mask, seg = (np.pad(x, ((0, 0), (0, 64 - x.shape[1]))) for x in (ids, mask, seg))
+    ids, mask, seg = jax.device_put((ids, mask, seg), gpus()[0])
     weights = jax.random.normal(jax.random.key(0), (*ids.shape, cfg.hidden_size))  # [batch, length, hidden]
     real = np.asarray(mask)[..., None] > 0
 
@@ -112,15 +118,54 @@ def test_cudnn_attention_matches_xla_on_the_gpu(family, scan):
 
     exact, exact_grads, _ = outputs_and_grads(dataclasses.replace(cfg, dtype="float32", attention_impl="xla"))
     xla, xla_grads, _ = outputs_and_grads(dataclasses.replace(cfg, attention_impl="xla"))
-    cudnn, cudnn_grads, hlo = outputs_and_grads(dataclasses.replace(cfg, attention_impl="cudnn"))
-    assert CUDNN_CALL in hlo, "the cuDNN path did not reach cuDNN"
-    errors = {"cudnn": (relative(cudnn, exact, real), relative_error(cudnn_grads, exact_grads)),
+    fused, fused_grads, hlo = outputs_and_grads(dataclasses.replace(cfg, attention_impl=impl))
+    assert KERNEL_CALL[impl] in hlo, f"the {impl} path did not reach its kernel"
+    errors = {impl: (relative(fused, exact, real), relative_error(fused_grads, exact_grads)),
               "xla": (relative(xla, exact, real), relative_error(xla_grads, exact_grads))}
-    print(f"{family} scan={scan}: against float32, outputs and gradients: cuDNN {errors['cudnn'][0]:.4f} "
-          f"{errors['cudnn'][1]:.4f}, XLA bfloat16 {errors['xla'][0]:.4f} {errors['xla'][1]:.4f} relative")
-    for got, bound in zip(errors["cudnn"], errors["xla"], strict=True):
+    print(f"{family} scan={scan}: against float32, outputs and gradients: {impl} {errors[impl][0]:.4f} "
+          f"{errors[impl][1]:.4f}, XLA bfloat16 {errors['xla'][0]:.4f} {errors['xla'][1]:.4f} relative")
+    for got, bound in zip(errors[impl], errors["xla"], strict=True):
         assert got <= BF16_FACTOR * bound + PATH_TOLERANCE, errors
     if family == "modernbert":  # the windows matter: every layer global would be far off
         model = create(BertEncoder, dataclasses.replace(cfg, local_window=0, dtype="float32", attention_impl="xla"))
         other = np.asarray(nnx.jit(lambda m: m(ids, mask, seg).sequence_output)(model), np.float32)
         assert relative(other, exact, real) > 10 * PATH_TOLERANCE
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("rate,window", [(0.0, 0), (0.1, 0), (0.1, 64)])
+def test_the_flash_kernel_matches_its_reference_on_the_gpu(dtype, rate, window):
+    """The Pallas flash kernel compiled by Triton against its computation in XLA (`reference_attention`:
+    the same dropout mask drawn outside the kernel) in float32 on the GPU, forward and gradients, at real
+    queries of padded rows: float32 inputs within 1% (Triton's float32 products use TF32), bfloat16
+    within 3x XLA's own bfloat16 error + 2%."""
+    from bert_jax.model import flash
+
+    gpu = gpus()[0]
+    keys = jax.random.split(jax.random.key(0), 4)
+    q, k, v = (jax.device_put(jax.random.normal(x, (4, 256, 4, 64)), gpu) for x in keys[:3])  # [batch, T, heads, kv]
+    ids = jax.device_put(jnp.ones((4, 256), jnp.int32).at[1, 200:].set(0).at[2, 60:].set(0), gpu)  # [batch, length]
+    real = np.asarray(ids > 0)[:, :, None, None]
+    cot = jax.random.normal(keys[3], q.shape) * real
+    key = jax.random.key(7)
+
+    def run(fn, dt):
+        def loss(q, k, v):
+            out = fn(q.astype(dt), k.astype(dt), v.astype(dt), ids, key=key, rate=rate, window=window)
+            return jnp.sum(out.astype(jnp.float32) * cot), out
+
+        (_, out), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))(q, k, v)
+        return np.asarray(out, np.float32), [np.asarray(g, np.float32) for g in grads]
+
+    exact, exact_grads = run(flash.reference_attention, jnp.float32)
+    got, got_grads = run(flash.flash_attention, jnp.dtype(dtype))
+    errors = [relative(got, exact, real)] + [relative(g, h, True) for g, h in zip(got_grads, exact_grads, strict=True)]
+    if dtype == "float32":
+        bounds = [1e-2] * 4
+    else:
+        xla, xla_grads = run(flash.reference_attention, jnp.bfloat16)
+        bounds = [BF16_FACTOR * e + PATH_TOLERANCE for e in [relative(xla, exact, real)] + [
+            relative(g, h, True) for g, h in zip(xla_grads, exact_grads, strict=True)]]
+    print(f"flash {dtype} rate={rate} window={window}: output, dq, dk, dv {[f'{e:.4f}' for e in errors]} "
+          f"(bounds {[f'{b:.4f}' for b in bounds]})")
+    assert all(e <= b for e, b in zip(errors, bounds, strict=True)), (errors, bounds)

@@ -1,0 +1,310 @@
+"""Flash attention with dropout for NVIDIA GPUs (a Pallas kernel, lowered to Triton): `flash_attention`.
+
+cuDNN's fused attention (``attention_impl="cudnn"``) takes no dropout that JAX exposes, so a training
+step with BERT's attention dropout (0.1) ran attention as einsums, writing and reading the
+[batch, heads, T, S] scores, probabilities and mask several times a layer (docs/records.md, "The GPU
+compiler's program at its roofline"). This kernel keeps a block of scores on chip and draws the
+dropout mask inside the kernel from the step's key: the forward and both backward passes draw the
+same mask, so nothing of size [T, S] reaches memory.
+
+    ctx = flash_attention(q, k, v, segment_ids)                      # no dropout
+    ctx = flash_attention(q, k, v, segment_ids, key=key, rate=0.1)   # BERT's training step
+    ctx = flash_attention(q, k, v, segment_ids, window=128)          # ModernBERT's local layer
+
+* q, k, v: [batch, length, heads, head_dim], the model's layout; head_dim 16, 32, 64 or 128, the
+  length a multiple of `BLOCK` (`flash_applies`).
+* segment_ids: [batch, length] int32 as splash's (`splash.segment_ids_from_mask`): a query sees the
+  keys of its own id (padding, 0, sees padding: nothing downstream reads those rows).
+* window: 0 = global; else a query sees the keys within ``window // 2`` positions on either side
+  (ModernBERT's local layers), and the kernel skips the key blocks outside the band.
+* Dropout: probability (b, n, t, s) is kept, and scaled by 1 / (1 - rate), when 16 random bits are at
+  least round(rate · 2¹⁶): a keep probability within 2⁻¹⁷ of 1 - rate (0.1: 0.900009). The bits come
+  from Threefry-2x32 (the model's fused dropout's, `dropout.threefry2x32`) keyed by ``key``, one call
+  for 4 neighbouring keys (64 bits), counter ((n · T + t) · S / 4 + s / 4, b): global row and head
+  numbers, so the mask does not depend on how the batch or the heads are split over devices.
+  `dropout_keep` draws the same mask outside the kernel; `reference_attention` is the kernel's
+  computation in XLA, what the tests compare it with.
+* interpret=True: Pallas' interpreter (any backend; how the CPU tests check the kernel).
+
+The backward follows FlashAttention-2 with dropout: Z = keep ∘ P / (1 - rate) is the matrix that
+multiplies V, so dV = Zᵀ dO, dP = keep ∘ (dO Vᵀ) / (1 - rate) and dS = P ∘ (dP - rowsum(dO ∘ O)).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
+
+from bert_jax.model.dropout import key_words, threefry2x32
+
+BLOCK = 64  # query and key tokens per program and loop step (forward and backward)
+HEAD_DIMS = (16, 32, 64, 128)  # powers of two: Triton's blocks
+DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16), jnp.dtype(jnp.float32))
+LOG2E = math.log2(math.e)  # the kernel's softmax is in base 2: e^x = 2^(x log2 e)
+MASKED = -0.7 * float(np.finfo(np.float32).max)  # a hidden key's logit (finite: no inf - inf)
+WARPS = 4
+
+
+def flash_applies(length: int, head_dim: int, dtype) -> bool:
+    """Whether the kernel takes queries of ``length`` tokens, ``head_dim`` wide, in ``dtype``."""
+    return length > 0 and length % BLOCK == 0 and head_dim in HEAD_DIMS and jnp.dtype(dtype) in DTYPES
+
+
+def threshold(rate: float) -> int:
+    """A probability is dropped when its 16 random bits are below this."""
+    return min(round(rate * 2**16), 2**16 - 1)
+
+
+def random16(k0, k1, b, n, t, quad, length: int):
+    """16 random bits per (query, key): Threefry-2x32 of key (k0, k1) at counter ((n · length + t) ·
+    length / 4 + quad, b), its two words split in four, key 4 · quad + 2 · half + word.
+    b, n: uint32 scalars or arrays broadcasting with t [..., R, 1] (query positions) and quad
+    [..., 1, Q] (key positions / 4), all uint32. Returns [..., R, 4 Q] uint32 below 2¹⁶."""
+    counter = (n * np.uint32(length) + t) * np.uint32(length // 4) + quad  # [..., R, Q]
+    x0, x1 = threefry2x32(k0, k1, counter, b)
+    shape = x0.shape[:-1] + (2 * x0.shape[-1],)
+
+    def halves(w):  # [..., R, 2 Q]: (low, high) 16 bits side by side
+        return jnp.stack([w & np.uint32(0xFFFF), w >> np.uint32(16)], axis=-1).reshape(shape)
+
+    return jnp.stack([halves(x0), halves(x1)], axis=-1).reshape(shape[:-1] + (2 * shape[-1],))
+
+
+def dropout_keep(key: jax.Array, rate: float, shape: tuple[int, int, int, int]) -> jax.Array:
+    """The kernel's dropout mask for probabilities of ``shape`` [batch, heads, T, S]: bool, True = kept."""
+    batch, heads, length, _ = shape
+    k0, k1 = key_words(key)
+    b = jax.lax.broadcasted_iota(jnp.uint32, (batch, 1, 1, 1), 0)
+    n = jax.lax.broadcasted_iota(jnp.uint32, (1, heads, 1, 1), 1)
+    t = jax.lax.broadcasted_iota(jnp.uint32, (1, 1, length, 1), 2)
+    quad = jax.lax.broadcasted_iota(jnp.uint32, (1, 1, 1, length // 4), 3)
+    return random16(k0, k1, b, n, t, quad, length) >= np.uint32(threshold(rate))  # [batch, heads, T, S]
+
+
+def visible(q_ids, k_ids, rows, cols, window: int):
+    """[R, C] bool: the keys (``cols`` [C], ids ``k_ids``) each query (``rows`` [R], ids ``q_ids``) sees."""
+    seen = q_ids[:, None] == k_ids[None, :]
+    if window:
+        seen = seen & (jnp.abs(rows[:, None] - cols[None, :]) <= window // 2)
+    return seen
+
+
+def reference_attention(q, k, v, segment_ids, *, key=None, rate: float = 0.0, window: int = 0):
+    """The kernel's computation in XLA (einsums and a [batch, heads, T, S] mask): [batch, length, heads, kv]."""
+    length = q.shape[1]
+    logits = jnp.einsum("BTNH,BSNH->BNTS", q, k, preferred_element_type=jnp.float32) / math.sqrt(q.shape[-1])
+    pos = jnp.arange(length)  # [length]
+    seen = jax.vmap(lambda ids: visible(ids, ids, pos, pos, window))(segment_ids)[:, None]  # [batch, 1, T, S]
+    probs = jax.nn.softmax(jnp.where(seen, logits, MASKED), axis=-1)  # [batch, heads, T, S]
+    if rate:
+        probs = jnp.where(dropout_keep(key, rate, probs.shape), probs / (1.0 - rate), 0.0)
+    return jnp.einsum("BNTS,BSNH->BTNH", probs.astype(v.dtype), v).astype(q.dtype)
+
+
+def block_pairs(length: int, window: int) -> int:
+    """The (query block, key block) pairs the kernel computes for ``length`` tokens and ``window``."""
+    n, half = length // BLOCK, window // 2
+    if not window:
+        return n * n
+    return sum(min(i * BLOCK + BLOCK - 1 + half, length - 1) // BLOCK + 1 - max(i * BLOCK - half, 0) // BLOCK
+               for i in range(n))
+
+
+def key_blocks(start, size: int, block: int, length: int, window: int):
+    """The [first, last) blocks of ``block`` tokens holding a key within ``window // 2`` of the
+    ``size`` queries from ``start`` (traced): all of them for a global layer."""
+    if not window:
+        return 0, length // block
+    half = window // 2
+    first = jax.lax.div(jnp.maximum(start - half, 0), block)
+    last = jax.lax.div(jnp.minimum(start + size - 1 + half, length - 1), block) + 1
+    return first, last
+
+
+class Tile:
+    """What one (query block, key block) pair of a program needs: its scores and its dropout mask."""
+
+    def __init__(self, seed_ref, row, head, rate: float, window: int, length: int, scale: float):
+        self.seed_ref, self.row, self.head = seed_ref, row, head
+        self.rate, self.window, self.length, self.scale = rate, window, length, scale
+
+    def logits(self, q, k, q_ids, k_ids, rows, cols):
+        """Base-2 logits [R, C] of queries q [R, H] against keys k [C, H], hidden keys at `MASKED`."""
+        x = jnp.dot(q, k.T, preferred_element_type=jnp.float32) * (self.scale * LOG2E)
+        return jnp.where(visible(q_ids, k_ids, rows, cols, self.window), x, MASKED)
+
+    def keep(self, rows, first_col: int | jax.Array, cols: int):
+        """[R, cols] bool: the dropout mask of queries ``rows`` [R] and keys from ``first_col``."""
+        t = rows.astype(jnp.uint32)[:, None]
+        quad = (jax.lax.div(first_col, 4) + jnp.arange(cols // 4)).astype(jnp.uint32)[None, :]
+        bits = random16(self.seed_ref[0], self.seed_ref[1], self.row, self.head, t, quad, self.length)
+        return bits >= np.uint32(threshold(self.rate))
+
+
+def _forward_kernel(seed_ref, rows_ref, heads_ref, q_ref, k_ref, v_ref, ids_ref, o_ref, lse_ref, *, rate, window,
+                    scale, block):
+    length = k_ref.shape[0]
+    i = pl.program_id(0)
+    tile = Tile(seed_ref, rows_ref[0].astype(jnp.uint32), heads_ref[0].astype(jnp.uint32), rate, window, length, scale)
+    q = q_ref[...]  # [block, H]
+    rows = i * block + jnp.arange(block)  # [block]
+    q_ids = ids_ref[pl.ds(i * block, block)]  # [block]
+
+    def step(j, carry):  # online softmax over key block j
+        o, m, total = carry  # [block, H], [block], [block] float32: output, row max, denominator
+        keys = pl.ds(j * block, block)
+        x = tile.logits(q, k_ref[keys, :], q_ids, ids_ref[keys], rows, j * block + jnp.arange(block))  # [block, block]
+        m_next = jnp.maximum(m, x.max(axis=-1))
+        correction = jnp.exp2(m - m_next)
+        p = jnp.exp2(x - m_next[:, None])  # [block, block] unnormalised probabilities
+        total = correction * total + p.sum(axis=-1)
+        if rate:
+            p = jnp.where(tile.keep(rows, j * block, block), p, 0.0)
+        pv = jnp.dot(p.astype(v_ref.dtype), v_ref[keys, :], preferred_element_type=jnp.float32)  # [block, H]
+        return correction[:, None] * o + pv, m_next, total
+
+    init = (jnp.zeros(q.shape, jnp.float32), jnp.full((block,), -jnp.inf, jnp.float32),
+            jnp.zeros((block,), jnp.float32))
+    o, m, total = jax.lax.fori_loop(*key_blocks(i * block, block, block, length, window), step, init)
+    o_ref[...] = (o * (1.0 / (1.0 - rate) / total)[:, None]).astype(o_ref.dtype)
+    lse_ref[...] = m + jnp.log2(total)  # [block]: the base-2 log of each row's softmax denominator
+
+
+def _backward_kernel(seed_ref, rows_ref, heads_ref, q_ref, k_ref, v_ref, ids_ref, do_ref, lse_ref, delta_ref,
+                     dq_ref, dk_ref, dv_ref, *, rate, window, scale, block):
+    length = k_ref.shape[0]
+    tile = Tile(seed_ref, rows_ref[0].astype(jnp.uint32), heads_ref[0].astype(jnp.uint32), rate, window, length, scale)
+    inv_keep = 1.0 / (1.0 - rate)
+
+    def grads(i, j, q, k, v, do):
+        """dS [block, block] (logits' gradient, scaled) and Z (the dropped probabilities) of query
+        block i and key block j."""
+        queries = pl.ds(i * block, block)
+        rows, cols = i * block + jnp.arange(block), j * block + jnp.arange(block)
+        p = jnp.exp2(tile.logits(q, k, ids_ref[queries], ids_ref[pl.ds(j * block, block)], rows, cols)
+                     - lse_ref[queries][:, None])  # [block, block] probabilities
+        dz = jnp.dot(do, v.T, preferred_element_type=jnp.float32)  # [block, block]
+        z, dp = p, dz
+        if rate:
+            keep = tile.keep(rows, j * block, block)
+            z, dp = jnp.where(keep, p * inv_keep, 0.0), jnp.where(keep, dz * inv_keep, 0.0)
+        return p * (dp - delta_ref[queries][:, None]) * scale, z
+
+    # dK and dV of key block c (this program's), over the query blocks that see it.
+    c = pl.program_id(2)
+    keys = pl.ds(c * block, block)
+    k, v = k_ref[keys, :], v_ref[keys, :]  # [block, H]
+
+    def dkv_step(i, carry):
+        dk, dv = carry
+        queries = pl.ds(i * block, block)
+        q, do = q_ref[queries, :], do_ref[queries, :]
+        ds, z = grads(i, c, q, k, v, do)
+        dv = dv + jnp.dot(z.astype(do.dtype).T, do, preferred_element_type=jnp.float32)
+        dk = dk + jnp.dot(ds.astype(q.dtype).T, q, preferred_element_type=jnp.float32)
+        return dk, dv
+
+    zeros = jnp.zeros(k.shape, jnp.float32)
+    dk, dv = jax.lax.fori_loop(*key_blocks(c * block, block, block, length, window), dkv_step, (zeros, zeros))
+    dk_ref[...], dv_ref[...] = dk.astype(dk_ref.dtype), dv.astype(dv_ref.dtype)
+
+    # dQ of query block c, over the key blocks it sees.
+    queries = pl.ds(c * block, block)
+    q, do = q_ref[queries, :], do_ref[queries, :]
+
+    def dq_step(j, dq):
+        keys = pl.ds(j * block, block)
+        kj = k_ref[keys, :]
+        ds, _ = grads(c, j, q, kj, v_ref[keys, :], do)
+        return dq + jnp.dot(ds.astype(kj.dtype), kj, preferred_element_type=jnp.float32)
+
+    dq = jax.lax.fori_loop(*key_blocks(c * block, block, block, length, window), dq_step, zeros)
+    dq_ref[...] = dq.astype(dq_ref.dtype)
+
+
+def _specs(batch_first_grid: bool, length: int, head_dim: int, block: int):
+    """Block specs of the kernels' shared inputs: seed, rows, heads, q (a block or whole), k, v, ids."""
+    if batch_first_grid:  # the backward's grid: (batch, heads, block)
+        b, n = (lambda b, n, _: b), (lambda b, n, _: n)
+        q = pl.BlockSpec((None, length, None, head_dim), lambda b, n, _: (b, 0, n, 0))
+    else:  # the forward's: (query block, batch, heads)
+        b, n = (lambda _, b, n: b), (lambda _, b, n: n)
+        q = pl.BlockSpec((None, block, None, head_dim), lambda i, b, n: (b, i, n, 0))
+    whole = pl.BlockSpec((None, length, None, head_dim), lambda *g: (b(*g), 0, n(*g), 0))
+    return [pl.BlockSpec((2,), lambda *g: (0,)), pl.BlockSpec((1,), lambda *g: (b(*g),)),
+            pl.BlockSpec((1,), lambda *g: (n(*g),)), q, whole, whole,
+            pl.BlockSpec((None, length), lambda *g: (b(*g), 0))]
+
+
+def _forward(q, k, v, ids, seed, rows, heads, rate, window, interpret):
+    batch, length, num_heads, head_dim = q.shape
+    kernel = functools.partial(_forward_kernel, rate=rate, window=window, scale=1.0 / math.sqrt(head_dim), block=BLOCK)
+    return pl.pallas_call(
+        kernel,
+        grid=(length // BLOCK, batch, num_heads),
+        in_specs=_specs(False, length, head_dim, BLOCK),
+        out_specs=[pl.BlockSpec((None, BLOCK, None, head_dim), lambda i, b, n: (b, i, n, 0)),
+                   pl.BlockSpec((None, None, BLOCK), lambda i, b, n: (b, n, i))],
+        out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype),
+                   jax.ShapeDtypeStruct((batch, num_heads, length), jnp.float32)],  # o, lse
+        compiler_params=plgpu.CompilerParams(num_warps=WARPS, num_stages=2),
+        interpret=interpret,
+        name="flash_forward" + (f"_window{window}" if window else ""),
+    )(seed, rows, heads, q, k, v, ids)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(7, 8, 9))
+def _flash(q, k, v, ids, seed, rows, heads, rate, window, interpret):
+    return _forward(q, k, v, ids, seed, rows, heads, rate, window, interpret)[0]
+
+
+def _flash_fwd(q, k, v, ids, seed, rows, heads, rate, window, interpret):
+    o, lse = _forward(q, k, v, ids, seed, rows, heads, rate, window, interpret)
+    return o, (q, k, v, ids, seed, rows, heads, o, lse)
+
+
+def _flash_bwd(rate, window, interpret, res, do):
+    q, k, v, ids, seed, rows, heads, o, lse = res
+    batch, length, num_heads, head_dim = q.shape
+    delta = jnp.einsum("BTNH,BTNH->BNT", o.astype(jnp.float32), do.astype(jnp.float32))  # [batch, heads, T]
+    kernel = functools.partial(_backward_kernel, rate=rate, window=window, scale=1.0 / math.sqrt(head_dim), block=BLOCK)
+    per_row = pl.BlockSpec((None, None, length), lambda b, n, _: (b, n, 0))
+    out = pl.BlockSpec((None, BLOCK, None, head_dim), lambda b, n, c: (b, c, n, 0))
+    dq, dk, dv = pl.pallas_call(
+        kernel,
+        grid=(batch, num_heads, length // BLOCK),
+        in_specs=[*_specs(True, length, head_dim, BLOCK), _specs(True, length, head_dim, BLOCK)[3], per_row, per_row],
+        out_specs=[out, out, out],
+        out_shape=[jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (q, k, v)],
+        compiler_params=plgpu.CompilerParams(num_warps=WARPS, num_stages=2),
+        interpret=interpret,
+        name="flash_backward" + (f"_window{window}" if window else ""),
+    )(seed, rows, heads, q, k, v, ids, do, lse, delta)
+    return dq, dk, dv, None, None, None, None
+
+
+_flash.defvjp(_flash_fwd, _flash_bwd)
+
+
+def flash_attention(q, k, v, segment_ids, *, key=None, rate: float = 0.0, window: int = 0, rows=None, heads=None,
+                    interpret: bool = False) -> jax.Array:
+    """Attention of q, k, v [batch, length, heads, head_dim] among tokens of one segment id
+    ([batch, length] int32), ``window`` 0 or a local band, dropout ``rate`` on the probabilities drawn
+    from ``key``: [batch, length, heads, head_dim]. ``rows`` [batch] and ``heads`` [heads] (int32):
+    the global row and head numbers of this shard's (default: 0, 1, ...), which the dropout mask uses."""
+    batch, length, num_heads, head_dim = q.shape
+    if not flash_applies(length, head_dim, q.dtype):
+        raise ValueError(f"flash attention takes a length that is a multiple of {BLOCK}, a head width in "
+                         f"{HEAD_DIMS} and {[str(d) for d in DTYPES]}: got {q.shape} {q.dtype}")
+    if not 0.0 <= rate < 1.0 or (rate and key is None):
+        raise ValueError(f"flash attention's dropout rate {rate}: expected 0 <= rate < 1, and a key when > 0")
+    seed = jnp.stack(key_words(key)) if rate else jnp.zeros((2,), jnp.uint32)  # [2] uint32
+    rows = jnp.arange(batch, dtype=jnp.int32) if rows is None else rows  # [batch]
+    heads = jnp.arange(num_heads, dtype=jnp.int32) if heads is None else heads  # [heads]
+    return _flash(q, k, v, segment_ids.astype(jnp.int32), seed, rows, heads, float(rate), int(window), interpret)
