@@ -32,6 +32,7 @@ FMHA_FLOPS = {"forward": 4, "backward": 10}
 # computes: 2 products forward; backward 7 (scores and dO·Vᵀ twice: once for dK, dV, once for dQ).
 FLASH_FLOPS = {"forward": 4, "backward": 14}
 FLASH = re.compile(r"flash_(forward|backward)(?:_window(\d+))?")
+CUBLAS_CONTRACTING = re.compile(r'"lhs_contracting_dimensions":\[([^\]]*)\]')  # a cuBLAS call's backend_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,13 +53,16 @@ def array_bytes(shape: str) -> int:
     return sum(BYTES[t] * math.prod(int(d) for d in ds.split(",") if d) for t, ds in ARRAY.findall(shape))
 
 
-def flops(ins, lines: list[str], operand_shapes: list[str]) -> int:
-    """2 · output · contracted size for each ``dot`` among ``lines`` (the kernel's computation), or
-    cuDNN attention's from q [B, T, N, H] and k [B, S, N, H] (its first two operands), or the flash
-    kernel's from q and the blocks its window visits."""
+def flops(ins, lines: list[str], operand_shapes: list[str], shape: str = "") -> int:
+    """2 · output · contracted size for each ``dot`` among ``lines`` (the kernel's computation) or of
+    a cuBLAS call (its result ``shape``), or cuDNN attention's from q [B, T, N, H] and k [B, S, N, H]
+    (its first two operands), or the flash kernel's from q and the blocks its window visits."""
     if ins is not None and ins.target == "__gpu$xla.gpu.triton" and (m := FLASH.search(ins.op_name)):
         b, t, n, h = (dims(operand_shapes[3]) or [[0] * 4])[0]  # q [B, T, N, H] (after seed, rows, heads)
         return FLASH_FLOPS[m[1]] * b * n * h * flash.BLOCK**2 * flash.block_pairs(t, int(m[2] or 0))
+    if ins is not None and ins.target.startswith("__cublas") and (c := CUBLAS_CONTRACTING.search(ins.line)):
+        out, lhs = (dims(shape) or [[]])[0], (dims(operand_shapes[0]) or [[]])[0]  # the result's first array: C
+        return 2 * math.prod(out) * math.prod(lhs[int(i)] for i in re.findall(r"\d+", c[1])) if lhs else 0
     if ins is not None and ins.target.startswith("__cudnn$fmha"):
         q, k = ((dims(s) or [[]])[0] for s in operand_shapes[:2])
         per = FMHA_FLOPS["backward" if "backward" in ins.target.lower() else "forward"]
@@ -95,8 +99,12 @@ def kernels(hlo_text: str) -> list[Kernel]:
         end = next((i for i, d in enumerate(depth) if d < 0), len(m["args"]))
         args = [shapes.get(a, "") for a in re.findall(r"%([\w.\-]+)", m["args"][:end])]
         what = re.sub(r"^jit\([^)]*\)/", "", ins.op_name) if ins is not None and ins.op_name else name
-        out.append(Kernel(name, classify(name, ins, computations), what, array_bytes(m["shape"]) + sum(
-            map(array_bytes, args)), flops(ins, bodies.get(ins.calls, []) if ins and ins.calls else [line], args)))
+        result = m["shape"]
+        if ins is not None and ins.target.startswith("__cublas"):  # (C, its workspace): only C is moved
+            result = ARRAY.search(result)[0]
+        out.append(Kernel(name, classify(name, ins, computations), what, array_bytes(result) + sum(
+            map(array_bytes, args)), flops(ins, bodies.get(ins.calls, []) if ins and ins.calls else [line], args,
+                                           m["shape"])))
     return out
 
 

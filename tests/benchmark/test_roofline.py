@@ -1,6 +1,8 @@
 """The roofline of a compiled program's kernels (bert_jax/benchmark/roofline.py): bytes, FLOPs and rows
 read from HLO text, on a hand-written GPU program and on what XLA compiles here."""
 
+import json
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -90,6 +92,34 @@ def test_the_flash_kernels_products_are_the_blocks_their_window_visits():
     assert flash.block_pairs(256, 0) == 16 and flash.block_pairs(256, 32) == 10  # 4 + 3 + 3 + 2 of 16 blocks
     assert (ks["fwd"].flops, ks["local"].flops, ks["bwd"].flops) == (4 * pair * 16, 4 * pair * 10, 14 * pair * 16)
     assert {k.row for k in ks.values()} == {"attention"}
+
+
+def cublas_call(name: str, result: str, operands: str, contracting: str, batch: list[str]) -> str:
+    """A GEMM XLA hands to cuBLAS, as XLA prints it: its result with a workspace, its dimensions in
+    the backend config (JSON without spaces)."""
+    numbers = {"lhs_contracting_dimensions": [contracting], "lhs_batch_dimensions": batch}
+    config = json.dumps({"gemm_backend_config": {"dot_dimension_numbers": numbers}}, separators=(",", ":"))
+    return (f"  %{name} = ({result}, s8[4194304]{{0}}) custom-call({operands}), "
+            f'custom_call_target="__cublas$lt$matmul", backend_config={config}\n')
+
+
+CUBLAS_HLO = ("HloModule jit_step\n\nENTRY %main (x: bf16[8,128,64], a: bf16[1024,768], w: bf16[768,3072], "
+              "b: bf16[3072]) -> bf16[1024,3072] {\n  %x = bf16[8,128,64]{2,1,0} parameter(0)\n"
+              "  %a = bf16[1024,768]{1,0} parameter(1)\n  %w = bf16[768,3072]{1,0} parameter(2)\n"
+              "  %b = bf16[3072]{0} parameter(3)\n"
+              + cublas_call("batched", "bf16[8,128,128]{2,1,0}", "%x, %x", "2", ["0"])
+              + cublas_call("biased", "bf16[1024,3072]{1,0}", "%a, %w, %b", "1", [])  # a bias epilogue
+              + "  ROOT %out = bf16[1024,3072]{1,0} get-tuple-element(%biased), index=0\n}\n")
+
+
+def test_cublas_calls_are_products_and_move_no_workspace():
+    """A GEMM XLA hands to cuBLAS (a custom call, no dot inside): 2·M·N·K from its result and its
+    contracting dimensions, its bytes without the workspace it is given."""
+    ks = {k.name: k for k in roofline.kernels(CUBLAS_HLO)}
+    assert ks["batched"].flops == 2 * 8 * 128 * 128 * 64 and ks["biased"].flops == 2 * 1024 * 3072 * 768
+    assert ks["batched"].bytes == 2 * (8 * 128 * 128 + 2 * 8 * 128 * 64)
+    assert ks["biased"].bytes == 2 * (1024 * 3072 + 1024 * 768 + 768 * 3072 + 3072)
+    assert {k.row for k in ks.values()} == {"matrix products"}
 
 
 def test_the_table_is_the_sum_of_each_kernels_least_time():
