@@ -31,7 +31,7 @@ FMHA_FLOPS = {"forward": 4, "backward": 10}
 # The model's Pallas flash attention (bert_jax/model/flash.py), per B·N·H and (query, key) pair it
 # computes: 2 products forward; backward 7 (scores and dO·Vᵀ twice: once for dK, dV, once for dQ).
 FLASH_FLOPS = {"forward": 4, "backward": 14}
-FLASH = re.compile(r"flash_(forward|backward)(?:_window(\d+))?")
+FLASH = re.compile(r"flash_(forward|backward)(?:_window(\d+))?(?:_block(\d+))?")  # `flash.Tiling.name`
 CUBLAS_CONTRACTING = re.compile(r'"lhs_contracting_dimensions":\[([^\]]*)\]')  # a cuBLAS call's backend_config
 
 
@@ -59,7 +59,8 @@ def flops(ins, lines: list[str], operand_shapes: list[str], shape: str = "") -> 
     (its first two operands), or the flash kernel's from q and the blocks its window visits."""
     if ins is not None and ins.target == "__gpu$xla.gpu.triton" and (m := FLASH.search(ins.op_name)):
         b, t, n, h = (dims(operand_shapes[3]) or [[0] * 4])[0]  # q [B, T, N, H] (after seed, rows, heads)
-        return FLASH_FLOPS[m[1]] * b * n * h * flash.BLOCK**2 * flash.block_pairs(t, int(m[2] or 0))
+        block = int(m[3] or flash.BLOCK)
+        return FLASH_FLOPS[m[1]] * b * n * h * block**2 * flash.block_pairs(t, int(m[2] or 0), block)
     if ins is not None and ins.target.startswith("__cublas") and (c := CUBLAS_CONTRACTING.search(ins.line)):
         out, lhs = (dims(shape) or [[]])[0], (dims(operand_shapes[0]) or [[]])[0]  # the result's first array: C
         return 2 * math.prod(out) * math.prod(lhs[int(i)] for i in re.findall(r"\d+", c[1])) if lhs else 0

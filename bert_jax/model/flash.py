@@ -32,6 +32,7 @@ multiplies V, so dV = Zᵀ dO, dP = keep ∘ (dO Vᵀ) / (1 - rate) and dS = P �
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -43,12 +44,23 @@ from jax.experimental.pallas import triton as plgpu
 
 from bert_jax.model.dropout import key_words, threefry2x32
 
-BLOCK = 64  # query and key tokens per program and loop step (forward and backward)
+BLOCK = 64  # query and key tokens per program and loop step (forward and backward): the default tiling
 HEAD_DIMS = (16, 32, 64, 128)  # powers of two: Triton's blocks
 DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16), jnp.dtype(jnp.float32))
 LOG2E = math.log2(math.e)  # the kernel's softmax is in base 2: e^x = 2^(x log2 e)
 MASKED = -0.7 * float(np.finfo(np.float32).max)  # a hidden key's logit (finite: no inf - inf)
-WARPS = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class Tiling:
+    """The kernels' blocks of tokens (queries and keys alike) and warps per program: not tuned on a GPU
+    yet (`tests/gpu/run.py`'s ``attention_kernels`` stage times the others)."""
+    block: int = BLOCK
+    warps: int = 4
+
+    def name(self, kernel: str, window: int) -> str:
+        """The pallas_call's name, which `bert_jax.benchmark.roofline` reads back: window and block."""
+        return kernel + (f"_window{window}" if window else "") + (f"_block{self.block}" if self.block != BLOCK else "")
 
 
 def flash_applies(length: int, head_dim: int, dtype) -> bool:
@@ -107,12 +119,12 @@ def reference_attention(q, k, v, segment_ids, *, key=None, rate: float = 0.0, wi
     return jnp.einsum("BNTS,BSNH->BTNH", probs.astype(v.dtype), v).astype(q.dtype)
 
 
-def block_pairs(length: int, window: int) -> int:
+def block_pairs(length: int, window: int, block: int = BLOCK) -> int:
     """The (query block, key block) pairs the kernel computes for ``length`` tokens and ``window``."""
-    n, half = length // BLOCK, window // 2
+    n, half = length // block, window // 2
     if not window:
         return n * n
-    return sum(min(i * BLOCK + BLOCK - 1 + half, length - 1) // BLOCK + 1 - max(i * BLOCK - half, 0) // BLOCK
+    return sum(min(i * block + block - 1 + half, length - 1) // block + 1 - max(i * block - half, 0) // block
                for i in range(n))
 
 
@@ -242,49 +254,52 @@ def _specs(batch_first_grid: bool, length: int, head_dim: int, block: int):
             pl.BlockSpec((None, length), lambda *g: (b(*g), 0))]
 
 
-def _forward(q, k, v, ids, seed, rows, heads, rate, window, interpret):
+def _forward(q, k, v, ids, seed, rows, heads, rate, window, tiling, interpret):
     batch, length, num_heads, head_dim = q.shape
-    kernel = functools.partial(_forward_kernel, rate=rate, window=window, scale=1.0 / math.sqrt(head_dim), block=BLOCK)
+    block = tiling.block
+    kernel = functools.partial(_forward_kernel, rate=rate, window=window, scale=1.0 / math.sqrt(head_dim), block=block)
     return pl.pallas_call(
         kernel,
-        grid=(length // BLOCK, batch, num_heads),
-        in_specs=_specs(False, length, head_dim, BLOCK),
-        out_specs=[pl.BlockSpec((None, BLOCK, None, head_dim), lambda i, b, n: (b, i, n, 0)),
-                   pl.BlockSpec((None, None, BLOCK), lambda i, b, n: (b, n, i))],
+        grid=(length // block, batch, num_heads),
+        in_specs=_specs(False, length, head_dim, block),
+        out_specs=[pl.BlockSpec((None, block, None, head_dim), lambda i, b, n: (b, i, n, 0)),
+                   pl.BlockSpec((None, None, block), lambda i, b, n: (b, n, i))],
         out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype),
                    jax.ShapeDtypeStruct((batch, num_heads, length), jnp.float32)],  # o, lse
-        compiler_params=plgpu.CompilerParams(num_warps=WARPS, num_stages=2),
+        compiler_params=plgpu.CompilerParams(num_warps=tiling.warps, num_stages=2),
         interpret=interpret,
-        name="flash_forward" + (f"_window{window}" if window else ""),
+        name=tiling.name("flash_forward", window),
     )(seed, rows, heads, q, k, v, ids)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(7, 8, 9))
-def _flash(q, k, v, ids, seed, rows, heads, rate, window, interpret):
-    return _forward(q, k, v, ids, seed, rows, heads, rate, window, interpret)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(7, 8, 9, 10))
+def _flash(q, k, v, ids, seed, rows, heads, rate, window, tiling, interpret):
+    return _forward(q, k, v, ids, seed, rows, heads, rate, window, tiling, interpret)[0]
 
 
-def _flash_fwd(q, k, v, ids, seed, rows, heads, rate, window, interpret):
-    o, lse = _forward(q, k, v, ids, seed, rows, heads, rate, window, interpret)
+def _flash_fwd(q, k, v, ids, seed, rows, heads, rate, window, tiling, interpret):
+    o, lse = _forward(q, k, v, ids, seed, rows, heads, rate, window, tiling, interpret)
     return o, (q, k, v, ids, seed, rows, heads, o, lse)
 
 
-def _flash_bwd(rate, window, interpret, res, do):
+def _flash_bwd(rate, window, tiling, interpret, res, do):
     q, k, v, ids, seed, rows, heads, o, lse = res
     batch, length, num_heads, head_dim = q.shape
+    block = tiling.block
     delta = jnp.einsum("BTNH,BTNH->BNT", o.astype(jnp.float32), do.astype(jnp.float32))  # [batch, heads, T]
-    kernel = functools.partial(_backward_kernel, rate=rate, window=window, scale=1.0 / math.sqrt(head_dim), block=BLOCK)
+    kernel = functools.partial(_backward_kernel, rate=rate, window=window, scale=1.0 / math.sqrt(head_dim), block=block)
     per_row = pl.BlockSpec((None, None, length), lambda b, n, _: (b, n, 0))
-    out = pl.BlockSpec((None, BLOCK, None, head_dim), lambda b, n, c: (b, c, n, 0))
+    out = pl.BlockSpec((None, block, None, head_dim), lambda b, n, c: (b, c, n, 0))
+    specs = _specs(True, length, head_dim, block)  # seed, rows, heads, q, k, v, ids
     dq, dk, dv = pl.pallas_call(
         kernel,
-        grid=(batch, num_heads, length // BLOCK),
-        in_specs=[*_specs(True, length, head_dim, BLOCK), _specs(True, length, head_dim, BLOCK)[3], per_row, per_row],
+        grid=(batch, num_heads, length // block),
+        in_specs=[*specs, specs[3], per_row, per_row],  # ..., do (as q), lse, delta
         out_specs=[out, out, out],
         out_shape=[jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (q, k, v)],
-        compiler_params=plgpu.CompilerParams(num_warps=WARPS, num_stages=2),
+        compiler_params=plgpu.CompilerParams(num_warps=tiling.warps, num_stages=2),
         interpret=interpret,
-        name="flash_backward" + (f"_window{window}" if window else ""),
+        name=tiling.name("flash_backward", window),
     )(seed, rows, heads, q, k, v, ids, do, lse, delta)
     return dq, dk, dv, None, None, None, None
 
@@ -293,18 +308,19 @@ _flash.defvjp(_flash_fwd, _flash_bwd)
 
 
 def flash_attention(q, k, v, segment_ids, *, key=None, rate: float = 0.0, window: int = 0, rows=None, heads=None,
-                    interpret: bool = False) -> jax.Array:
+                    tiling: Tiling = Tiling(), interpret: bool = False) -> jax.Array:
     """Attention of q, k, v [batch, length, heads, head_dim] among tokens of one segment id
     ([batch, length] int32), ``window`` 0 or a local band, dropout ``rate`` on the probabilities drawn
     from ``key``: [batch, length, heads, head_dim]. ``rows`` [batch] and ``heads`` [heads] (int32):
     the global row and head numbers of this shard's (default: 0, 1, ...), which the dropout mask uses."""
     batch, length, num_heads, head_dim = q.shape
-    if not flash_applies(length, head_dim, q.dtype):
-        raise ValueError(f"flash attention takes a length that is a multiple of {BLOCK}, a head width in "
+    if not flash_applies(length, head_dim, q.dtype) or length % tiling.block:
+        raise ValueError(f"flash attention takes a length that is a multiple of {tiling.block}, a head width in "
                          f"{HEAD_DIMS} and {[str(d) for d in DTYPES]}: got {q.shape} {q.dtype}")
     if not 0.0 <= rate < 1.0 or (rate and key is None):
         raise ValueError(f"flash attention's dropout rate {rate}: expected 0 <= rate < 1, and a key when > 0")
     seed = jnp.stack(key_words(key)) if rate else jnp.zeros((2,), jnp.uint32)  # [2] uint32
     rows = jnp.arange(batch, dtype=jnp.int32) if rows is None else rows  # [batch]
     heads = jnp.arange(num_heads, dtype=jnp.int32) if heads is None else heads  # [heads]
-    return _flash(q, k, v, segment_ids.astype(jnp.int32), seed, rows, heads, float(rate), int(window), interpret)
+    return _flash(q, k, v, segment_ids.astype(jnp.int32), seed, rows, heads, float(rate), int(window), tiling,
+                  interpret)

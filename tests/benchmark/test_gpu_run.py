@@ -47,6 +47,21 @@ def test_quick_variants_and_sizes_take_turns_with_hugging_face(tmp_path):
     assert stages == ["variants", "sizes", "profile_after"]
 
 
+def test_quick_attention_kernels_time_every_tiling(tmp_path):
+    """The attention_kernels stage on the CPU (~10 s): XLA's explicit path, the flash kernel's tilings
+    (interpreted) with and without dropout, one row each; no roofline off a GPU."""
+    out = tmp_path / "gpu"
+    gpu_run.main(["--out", str(out), "--quick", "--stages", "attention_kernels", "--cache", str(tmp_path / "cache")])
+    summary = (out / "summary.md").read_text()
+    assert "## Attention alone" in summary and "failed" not in summary
+    (line,) = (out / "results.jsonl").read_text().splitlines()
+    rows = json.loads(line)["result"]
+    assert [r["attention"] for r in rows] == ["XLA explicit + dropout", "flash 64/4 + dropout", "flash 64/8 + dropout",
+                                              "flash 128/4 + dropout", "flash 128/8 + dropout",
+                                              "flash 64/4, no dropout"]
+    assert all(r["ms"] > 0 and r["least_ms"] is None for r in rows)
+
+
 def test_a_failing_stage_is_logged_and_the_run_goes_on(tmp_path, monkeypatch):
     def broken(run):
         raise RuntimeError("no GPU here")

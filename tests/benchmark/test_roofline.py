@@ -76,7 +76,10 @@ ENTRY %main (s: u32[2], r: s32[2], h: s32[4], q: bf16[2,256,4,16], i: s32[2,256]
   %local = bf16[2,256,4,16]{3,2,1,0} custom-call(%s, %r, %h, %fwd, %q, %q, %i),
     custom_call_target="__gpu$xla.gpu.triton",
     metadata={op_name="jit(step)/jvp(attention)/flash_forward_window32/pallas_call"}
-  ROOT %bwd = bf16[2,256,4,16]{3,2,1,0} custom-call(%s, %r, %h, %local, %q, %q, %i),
+  %wide = bf16[2,256,4,16]{3,2,1,0} custom-call(%s, %r, %h, %local, %q, %q, %i),
+    custom_call_target="__gpu$xla.gpu.triton",
+    metadata={op_name="jit(step)/jvp(attention)/flash_forward_window32_block128/pallas_call"}
+  ROOT %bwd = bf16[2,256,4,16]{3,2,1,0} custom-call(%s, %r, %h, %wide, %q, %q, %i),
     custom_call_target="__gpu$xla.gpu.triton",
     metadata={op_name="jit(step)/transpose(jvp(attention))/flash_backward/pallas_call"}
 }
@@ -91,6 +94,7 @@ def test_the_flash_kernels_products_are_the_blocks_their_window_visits():
     pair = 2 * 4 * 16 * 64 * 64  # B·N·H·block²
     assert flash.block_pairs(256, 0) == 16 and flash.block_pairs(256, 32) == 10  # 4 + 3 + 3 + 2 of 16 blocks
     assert (ks["fwd"].flops, ks["local"].flops, ks["bwd"].flops) == (4 * pair * 16, 4 * pair * 10, 14 * pair * 16)
+    assert flash.block_pairs(256, 32, 128) == 4 and ks["wide"].flops == 4 * (pair * 4) * 4  # blocks of 128: 4 pairs
     assert {k.row for k in ks.values()} == {"attention"}
 
 

@@ -14,10 +14,13 @@ logged and passed over:
 3. ``sizes``: BERT-base at 512 (batch 32), BERT-large at 512 (batch 16), ModernBERT-base at 1,024
    (batch 16), with the default step (and the fastest flags, where a variant beat it by over 3%).
 4. ``numerics``: ``pytest tests/gpu`` in a child process that does not preallocate (the GPU against
-   the CPU's float32 step; cuDNN against XLA).
-5. ``torch_compile``: the fastest step against Hugging Face's under ``torch.compile``.
-6. ``combined``: the variants that beat the default by more than 3% together, against the default.
-7. ``profile_after``: the fastest step traced and reduced like the default.
+   the CPU's float32 step; cuDNN and the flash kernel against XLA).
+5. ``attention_kernels``: attention alone, forward and backward, at BERT-base's and ModernBERT's shapes:
+   the flash kernel's tilings, with and without its dropout, against XLA's explicit path and cuDNN,
+   each beside its roofline (tests/gpu/attention_kernels.py).
+6. ``torch_compile``: the fastest step against Hugging Face's under ``torch.compile``.
+7. ``combined``: the variants that beat the default by more than 3% together, against the default.
+8. ``profile_after``: the fastest step traced and reduced like the default.
 
 DIR gets ``summary.md`` (the tables), ``results.jsonl`` (every result), ``log.txt``, ``numerics.txt``
 and ``profile_before.tar.gz`` / ``profile_after.tar.gz`` (trace, HLO and metadata: ``tar xzf`` and
@@ -66,8 +69,8 @@ SIZES = {  # the sizes stage: (name, flags)
 QUICK = ["--size", "tiny", "--seq_len", "32", "--batch_size", "4", "--vocab_size", "512", "--dtype", "bfloat16", *ONE]
 # Seconds each stage is expected to take on one H100/H200 (compiles dominate); a stage starts only if
 # what is left of the budget covers it.
-COST = {"variants": 160, "profile_before": 25, "sizes": 180, "numerics": 140, "torch_compile": 100, "combined": 60,
-        "profile_after": 40}
+COST = {"variants": 160, "profile_before": 25, "sizes": 180, "numerics": 140, "attention_kernels": 70,
+        "torch_compile": 100, "combined": 60, "profile_after": 40}
 MARGIN = 0.03  # a variant counts as faster beyond this share of the default's step (turns differ by ~1-2%)
 
 
@@ -136,6 +139,16 @@ def numerics(run: Run) -> dict:
     run.note("## The GPU against the CPU (pytest tests/gpu)\n\n" + f"exit status {p.returncode}: {tail}\n\n"
              + "\n".join(f"    {x}" for x in lines))
     return {"returncode": p.returncode, "tail": tail, "lines": lines}
+
+
+def attention_kernels(run: Run) -> list[dict]:
+    """Attention alone, forward and backward: the flash kernel's tilings and dropout against XLA's
+    explicit path and cuDNN, each beside its roofline (tests/gpu/attention_kernels.py)."""
+    from tests.gpu.attention_kernels import table
+
+    text, rows = table(run.quick)
+    run.note("## Attention alone (forward + backward; flash block/warps)\n\n" + text)
+    return rows
 
 
 def environment(run: Run) -> dict:
@@ -319,7 +332,8 @@ def main(argv=None) -> int:
               "variants": lambda: variants(run),
               "combined": lambda: combined(run), "profile_after": lambda: profiled(run, "profile_after",
                                                                                      fastest_flags(run)),
-              "sizes": lambda: sizes(run), "torch_compile": lambda: torch_compile(run)}
+              "sizes": lambda: sizes(run), "torch_compile": lambda: torch_compile(run),
+              "attention_kernels": lambda: attention_kernels(run)}
     import jax
 
     # One compilation cache for the run: the default step is compiled by several stages.

@@ -12,6 +12,7 @@ tests/model/test_cudnn_path.py, with cuDNN's call routed to XLA.
 """
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -132,9 +133,10 @@ def test_fused_attention_matches_xla_on_the_gpu(impl, family, scan):
         assert relative(other, exact, real) > 10 * PATH_TOLERANCE
 
 
+@pytest.mark.parametrize("tiling", [(64, 4), (128, 8)], ids=["64/4", "128/8"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("rate,window", [(0.0, 0), (0.1, 0), (0.1, 64)])
-def test_the_flash_kernel_matches_its_reference_on_the_gpu(dtype, rate, window):
+def test_the_flash_kernel_matches_its_reference_on_the_gpu(dtype, rate, window, tiling):
     """The Pallas flash kernel compiled by Triton against its computation in XLA (`reference_attention`:
     the same dropout mask drawn outside the kernel) in float32 on the GPU, forward and gradients, at real
     queries of padded rows: float32 inputs within 1% (Triton's float32 products use TF32), bfloat16
@@ -158,7 +160,7 @@ def test_the_flash_kernel_matches_its_reference_on_the_gpu(dtype, rate, window):
         return np.asarray(out, np.float32), [np.asarray(g, np.float32) for g in grads]
 
     exact, exact_grads = run(flash.reference_attention, jnp.float32)
-    got, got_grads = run(flash.flash_attention, jnp.dtype(dtype))
+    got, got_grads = run(functools.partial(flash.flash_attention, tiling=flash.Tiling(*tiling)), jnp.dtype(dtype))
     errors = [relative(got, exact, real)] + [relative(g, h, True) for g, h in zip(got_grads, exact_grads, strict=True)]
     if dtype == "float32":
         bounds = [1e-2] * 4
@@ -166,6 +168,6 @@ def test_the_flash_kernel_matches_its_reference_on_the_gpu(dtype, rate, window):
         xla, xla_grads = run(flash.reference_attention, jnp.bfloat16)
         bounds = [BF16_FACTOR * e + PATH_TOLERANCE for e in [relative(xla, exact, real)] + [
             relative(g, h, True) for g, h in zip(xla_grads, exact_grads, strict=True)]]
-    print(f"flash {dtype} rate={rate} window={window}: output, dq, dk, dv {[f'{e:.4f}' for e in errors]} "
+    print(f"flash {tiling} {dtype} rate={rate} window={window}: output, dq, dk, dv {[f'{e:.4f}' for e in errors]} "
           f"(bounds {[f'{b:.4f}' for b in bounds]})")
     assert all(e <= b for e, b in zip(errors, bounds, strict=True)), (errors, bounds)
