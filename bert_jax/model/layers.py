@@ -113,11 +113,18 @@ def splash_layer(q, k, v, segment_ids, spec: LayerSpec | None, window: int, inte
         kernel = functools.partial(splash_attention, window=w or None, interpret=interpret)
         return per_shard(kernel, heads, heads, heads, (axes.ACT_BATCH, axes.ACT_LENGTH))(q, k, v, segment_ids)
 
+    return by_window(run, spec, window)  # [batch, length, heads, kv]
+
+
+def by_window(run, spec: LayerSpec | None, window: int) -> jax.Array:
+    """``run(0)`` for a global layer, ``run(w)`` for a local one of window w: a layer's own window when
+    unrolled (``spec.window`` an int; ``spec`` None: BERT's global layer), else (a scanned stack,
+    whose spec is data) ``lax.cond`` between the global and the local one of the config's ``window``."""
     if spec is None:
-        return run(0)  # [batch, length, heads, kv]
-    if isinstance(spec.window, int):  # an unrolled layer: its own window (0: global)
+        return run(0)
+    if isinstance(spec.window, int):
         return run(spec.window)
-    return jax.lax.cond(spec.window == 0, lambda: run(0), lambda: run(window))  # [batch, length, heads, kv]
+    return jax.lax.cond(spec.window == 0, lambda: run(0), lambda: run(window))
 
 
 def flash_layer(q, k, v, segment_ids, spec: LayerSpec | None, window: int, key, rate: float,
@@ -139,11 +146,7 @@ def flash_layer(q, k, v, segment_ids, spec: LayerSpec | None, window: int, key, 
         return per_shard(kernel, names, names, names, (axes.ACT_BATCH, axes.ACT_LENGTH), (axes.ACT_BATCH,),
                          (axes.ACT_HEADS,))(q, k, v, segment_ids, rows, heads)
 
-    if spec is None:
-        return run(0)  # [batch, length, heads, kv]
-    if isinstance(spec.window, int):  # an unrolled layer: its own window (0: global)
-        return run(spec.window)
-    return jax.lax.cond(spec.window == 0, lambda: run(0), lambda: run(window))  # [batch, length, heads, kv]
+    return by_window(run, spec, window)  # [batch, length, heads, kv]
 
 
 def cudnn_layer(q, k, v, mask, spec: LayerSpec | None, window: int) -> jax.Array:
@@ -154,19 +157,14 @@ def cudnn_layer(q, k, v, mask, spec: LayerSpec | None, window: int) -> jax.Array
     refuses a right window without a causal mask) and a [batch, 1, length, length] mask not at all.
     A scanned stack, whose spec is data, chooses with ``lax.cond``; ``window``: the config's local
     window. q, k, v: [batch, length, heads, kv]; returns [batch, length, heads, kv]."""
-    def global_layer():
+    def run(w: int):
+        if w:  # a local layer
+            return jax.nn.dot_product_attention(q, k, v, mask=local_mask(mask, w), implementation="xla")
         keys = jnp.broadcast_to(mask[:, 0, 0, :], (q.shape[0], mask.shape[-1]))  # [batch, length]
         lengths = keys.sum(-1, dtype=jnp.int32)  # [batch]
         return jax.nn.dot_product_attention(q, k, v, key_value_seq_lengths=lengths, implementation="cudnn")
 
-    def local_layer(w: int):
-        return jax.nn.dot_product_attention(q, k, v, mask=local_mask(mask, w), implementation="xla")
-
-    if spec is None:
-        return global_layer()  # BERT's layers are all global
-    if isinstance(spec.window, int):  # an unrolled layer: its own window (0: global)
-        return global_layer() if spec.window == 0 else local_layer(spec.window)
-    return jax.lax.cond(spec.window == 0, global_layer, lambda: local_layer(window))
+    return by_window(run, spec, window)  # [batch, length, heads, kv]
 
 
 def local_mask(mask: jax.Array, window) -> jax.Array:

@@ -179,7 +179,8 @@ def test_the_encoder_with_flash_matches_xla_without_dropout(family, scan, packed
     assert np.abs(g - h).max() <= 1e-4 * np.abs(g).max()
 
 
-def test_the_encoder_draws_attention_dropout_inside_the_kernel_on_a_mesh():
+@pytest.mark.parametrize("scan", [False, pytest.param(True, marks=SLOW)], ids=["unrolled", "scanned"])
+def test_the_encoder_draws_attention_dropout_inside_the_kernel_on_a_mesh(scan):
     """In training mode the encoder under "flash" keeps its attention dropout (the output moves off the
     deterministic one), repeats with the same keys, and on a mesh of 8 devices (data 4 x tensor 2, the
     kernel per shard) gives the one device's numbers: the mask does not depend on the split."""
@@ -188,7 +189,7 @@ def test_the_encoder_draws_attention_dropout_inside_the_kernel_on_a_mesh():
     from bert_jax.training.sharding_rules import DEFAULT_RULES
 
     cfg = BertConfig.from_size("tiny", vocab_size=97, num_layers=2, hidden_dropout_prob=0.0,
-                               attention_dropout_prob=0.1, attention_impl="flash_interpret", scan_layers=False)
+                               attention_dropout_prob=0.1, attention_impl="flash_interpret", scan_layers=scan)
     ids = jnp.asarray(np.random.default_rng(1).integers(5, 97, (4, 128)), jnp.int32)  # [batch, length]
     mask = jnp.ones((4, 128), jnp.int32).at[2, 70:].set(0)  # [batch, length]
     graphdef, params = encoder(cfg)
