@@ -46,6 +46,7 @@ DERIVED_LINES = ("xla modules", "xla ops", "steps", "tensorflow ops", "framework
                  "tensorflow name scope", "xla traceme", "launch stats", "sparsecore")
 GEMM_KERNEL = re.compile(r"gemm|cutlass|xmma|nvjet|cublas|matmul|wgmma|hgmma", re.I)
 ATTENTION_KERNEL = re.compile(r"fmha|flash|sdpa|cudnn|splash|attention", re.I)
+ATTENTION_CALL = re.compile(r"fmha|flash|sdpa|splash|attention", re.I)  # a custom call's target (not cuDNN's norm)
 COPY_KERNEL = re.compile(r"memcpy|memset|copy|transpose", re.I)
 COPY_OPS = {"copy", "transpose", "slice", "dynamic-slice", "dynamic-update-slice", "concatenate", "pad",
             "copy-start", "copy-done", "bitcast", "reshape", "broadcast", "parameter", "constant", "tuple",
@@ -114,7 +115,7 @@ def classify(kernel: str, ins: Instruction | None, computations: dict[str, set[s
     inner = computations.get(ins.calls, set())
     gemm = (ins.opcode in GEMM_OPS or ins.gemm_fusion or bool(inner & GEMM_OPS)
             or (ins.opcode == "custom-call" and re.search(r"gemm|matmul|cublas", ins.target, re.I) is not None))
-    fused_attention = ins.opcode == "custom-call" and ATTENTION_KERNEL.search(ins.target) is not None
+    fused_attention = ins.opcode == "custom-call" and ATTENTION_CALL.search(ins.target) is not None
     if in_scope(ins.op_name, "dropout") and not gemm:
         return "dropout"
     if fused_attention or in_scope(ins.op_name, "attention"):

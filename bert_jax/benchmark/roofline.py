@@ -100,10 +100,10 @@ def kernels(hlo_text: str) -> list[Kernel]:
         end = next((i for i, d in enumerate(depth) if d < 0), len(m["args"]))
         args = [shapes.get(a, "") for a in re.findall(r"%([\w.\-]+)", m["args"][:end])]
         what = re.sub(r"^jit\([^)]*\)/", "", ins.op_name) if ins is not None and ins.op_name else name
-        result = m["shape"]
-        if ins is not None and ins.target.startswith("__cublas"):  # (C, its workspace): only C is moved
-            result = ARRAY.search(result)[0]
-        out.append(Kernel(name, classify(name, ins, computations), what, array_bytes(result) + sum(
+        result = array_bytes(m["shape"])
+        if op == "custom-call" and len(arrays := ARRAY.findall(m["shape"])) > 1 and arrays[-1][0] in ("u8", "s8"):
+            result -= array_bytes("{}[{}]".format(*arrays[-1]))  # cuBLAS's and cuDNN's workspace: not moved
+        out.append(Kernel(name, classify(name, ins, computations), what, result + sum(
             map(array_bytes, args)), flops(ins, bodies.get(ins.calls, []) if ins and ins.calls else [line], args,
                                            m["shape"])))
     return out

@@ -113,17 +113,21 @@ CUBLAS_HLO = ("HloModule jit_step\n\nENTRY %main (x: bf16[8,128,64], a: bf16[102
               "  %b = bf16[3072]{0} parameter(3)\n"
               + cublas_call("batched", "bf16[8,128,128]{2,1,0}", "%x, %x", "2", ["0"])
               + cublas_call("biased", "bf16[1024,3072]{1,0}", "%a, %w, %b", "1", [])  # a bias epilogue
+              + "  %norm = (bf16[1024,768,1,1]{3,2,1,0}, f32[1024,1,1,1]{3,2,1,0}, u8[4096]{0}) custom-call(%a), "
+              'custom_call_target="__cudnn$norm"\n'
               + "  ROOT %out = bf16[1024,3072]{1,0} get-tuple-element(%biased), index=0\n}\n")
 
 
 def test_cublas_calls_are_products_and_move_no_workspace():
     """A GEMM XLA hands to cuBLAS (a custom call, no dot inside): 2·M·N·K from its result and its
-    contracting dimensions, its bytes without the workspace it is given."""
+    contracting dimensions, its bytes without the workspace it is given; cuDNN's norm likewise."""
     ks = {k.name: k for k in roofline.kernels(CUBLAS_HLO)}
     assert ks["batched"].flops == 2 * 8 * 128 * 128 * 64 and ks["biased"].flops == 2 * 1024 * 3072 * 768
     assert ks["batched"].bytes == 2 * (8 * 128 * 128 + 2 * 8 * 128 * 64)
     assert ks["biased"].bytes == 2 * (1024 * 3072 + 1024 * 768 + 768 * 3072 + 3072)
-    assert {k.row for k in ks.values()} == {"matrix products"}
+    assert {ks[n].row for n in ("batched", "biased")} == {"matrix products"}
+    # cuDNN's layer norm (--xla_gpu_enable_cudnn_layer_norm): no products, not attention, no workspace moved
+    assert (ks["norm"].row, ks["norm"].flops, ks["norm"].bytes) == ("other fusions", 0, 2 * 2 * 1024 * 768 + 4 * 1024)
 
 
 def test_the_table_is_the_sum_of_each_kernels_least_time():
