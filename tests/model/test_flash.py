@@ -25,11 +25,12 @@ def qkv(batch=2, length=128, heads=2, head_dim=32, dtype=jnp.float32, seed=0):
 
 
 def segment_ids(packed: bool, length: int = 128) -> jax.Array:
-    """Row 1 padded after 100 tokens; ``packed``: row 0 holds two examples (ids 1 and 2)."""
+    """Row 1 padded after 3/4 of ``length``; ``packed``: row 0 holds two examples (ids 1 and 2), split
+    off the blocks' boundaries."""
     ids = np.ones((2, length), np.int32)
-    ids[1, 100:] = 0
+    ids[1, length * 3 // 4 + 3:] = 0
     if packed:
-        ids[0, 60:] = 2
+        ids[0, length // 2 - 5:] = 2
     return jnp.asarray(ids)
 
 
@@ -53,7 +54,7 @@ def test_the_kernel_matches_its_reference_forward_and_gradients(rate, window, pa
             out = fn(q, k, v, ids, key=key, rate=rate, window=window)
             return jnp.sum(out * cot), out
 
-        (_, out), grads = jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True)(q, k, v)
+        (_, out), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))(q, k, v)
         return np.where(real, out, 0), grads
 
     got, got_grads = run(lambda *a, **kw: flash.flash_attention(*a, **kw, interpret=True))
@@ -159,10 +160,11 @@ def test_the_encoder_with_flash_matches_xla_without_dropout(family, scan, packed
     extra = dict(local_window=32, global_every=2) if family == "modernbert" else {}
     cfg = BertConfig.from_size(size, vocab_size=97, num_layers=2, scan_layers=scan, hidden_dropout_prob=0.0,
                                attention_dropout_prob=0.0, **extra)
-    ids = jnp.asarray(np.random.default_rng(0).integers(5, 97, (2, 128)), jnp.int32)  # [batch, length]
-    mask = segment_ids(False) > 0  # [batch, length]
-    attention_mask = packed_mask(segment_ids(True) * mask) if packed else None
-    cot = jax.random.normal(jax.random.key(3), (2, 128, cfg.hidden_size)) * mask[..., None]
+    length = 64  # one block of the kernel: its blocks' loops are the kernel tests' (lengths 128, 256)
+    ids = jnp.asarray(np.random.default_rng(0).integers(5, 97, (2, length)), jnp.int32)  # [batch, length]
+    mask = segment_ids(False, length) > 0  # [batch, length]
+    attention_mask = packed_mask(segment_ids(True, length) * mask) if packed else None
+    cot = jax.random.normal(jax.random.key(3), (2, length, cfg.hidden_size)) * mask[..., None]
     results = []
     for impl in ("xla", "flash_interpret"):
         graphdef, params = encoder(dataclasses.replace(cfg, attention_impl=impl))
@@ -171,7 +173,7 @@ def test_the_encoder_with_flash_matches_xla_without_dropout(family, scan, packed
             out = nnx.merge(graphdef, p)(ids, mask, jnp.zeros_like(ids), attention_mask=attention_mask).sequence_output
             return jnp.sum(out * cot), out
 
-        (_, out), grads = jax.value_and_grad(f, has_aux=True)(params)
+        (_, out), grads = jax.jit(jax.value_and_grad(f, has_aux=True))(params)
         flat = np.concatenate([np.ravel(x) for x in jax.tree.leaves(grads)])
         results.append((np.asarray(out)[np.asarray(mask)], flat))
     (a, g), (b, h) = results
