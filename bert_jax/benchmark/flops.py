@@ -7,6 +7,8 @@ I intermediate, E embedding width (= H unless factorised), V vocabulary, P maske
     ALBERT         6·B·[S·L·(4H² + 2H·I) + S·E·H + P·(H·E + E·V)] + 12·L·B·S²·H
     ELECTRA        the generator (H_g, I_g) as the MLM model above
                    + 6·B·[S·L·(4H² + 2H·I) + S·E·H + S·(H² + H)] + 12·L·B·S²·H   (the discriminator)
+    ModernBERT     as BERT with GeGLU's 3H·I for 2H·I (its projection is H → 2I), and a local layer's
+                   attention over the keys within its window, W(S) query-key pairs for S²
 
 (the MLM head at the P gathered positions; ALBERT's shared block still runs L times; ELECTRA's
 replaced-token head on every token). Not counted: embedding look-ups, pooler + NSP/SOP, element-wise
@@ -21,12 +23,24 @@ import time
 from bert_jax.model.config import BertConfig
 
 
+def attended_pairs(seq_len: int, window: int) -> int:
+    """The (query, key) pairs of a layer's attention over ``seq_len`` tokens: all S² for a global
+    layer (``window`` 0), those within ``window // 2`` positions of each other for a local one."""
+    s, half = seq_len, window // 2
+    if not window or half >= s - 1:
+        return s * s
+    return s + 2 * (half * (half + 1) // 2 + (s - 1 - half) * half)  # the query itself, and each side
+
+
 def encoder_flops(cfg: BertConfig, batch_size: int, seq_len: int, tokens: int | None = None) -> int:
     """The encoder: E → H on all B·S slots, the blocks' dense work on ``tokens`` slots (all B·S
     unless unpadded, ``config.unpad_multiple``), attention on the padded [B, S]."""
     b, s, n, h, i, e = batch_size, seq_len, cfg.num_layers, cfg.hidden_size, cfg.intermediate_size, cfg.embed_dim
     t = b * s if tokens is None else tokens
-    return 6 * ((b * s * e * h if e != h else 0) + t * n * (4 * h * h + 2 * h * i)) + 12 * n * b * s * s * h
+    mlp = (3 if cfg.ffn == "geglu" else 2) * h * i  # GeGLU: H → 2I, then I → H
+    local = sum(1 for layer in range(n) if cfg.local_window and layer % cfg.global_every)
+    pairs = (n - local) * s * s + local * attended_pairs(s, cfg.local_window)
+    return 6 * ((b * s * e * h if e != h else 0) + t * n * (4 * h * h + mlp)) + 12 * b * pairs * h
 
 
 def pretraining_flops(cfg: BertConfig, batch_size: int, seq_len: int, max_predictions: int,

@@ -63,7 +63,7 @@ def matmul_flops(lowered) -> int:
 
 
 @pytest.mark.parametrize("model,size", [("bert", "tiny"), ("roberta", "tiny"), ("albert", "base"),
-                                        ("electra", "small")])
+                                        ("electra", "small"), ("modernbert", "base")])
 def test_flops_match_the_jitted_step(model, size, monkeypatch):
     """Each formula against the step the benchmark jits, unrolled (--noscan: a scanned body counts
     once) and two layers deep (the formulas are linear in L; it keeps lowering fast): exactly the
@@ -87,6 +87,23 @@ def test_flops_match_the_jitted_step(model, size, monkeypatch):
     assert matmul_flops(lowered) == flops + sentence_head
     xla = lowered.cost_analysis()["flops"]
     assert flops <= xla <= 1.2 * flops, xla / flops
+
+
+def test_modernberts_local_layers_count_the_keys_in_their_window():
+    """A local layer attends to the keys within window // 2 of each query (a numpy count of the band),
+    and the global ones (every third, layer 0 first) to all: 12·B·H per (query, key) pair."""
+    import numpy as np
+
+    from bert_jax.benchmark.flops import attended_pairs
+
+    for length, window in ((8, 4), (1024, 128), (64, 128), (10, 2)):
+        idx = np.arange(length)
+        assert attended_pairs(length, window) == int((np.abs(idx[:, None] - idx[None, :]) <= window // 2).sum())
+    cfg = BertConfig.from_size("modernbert-base", vocab_size=100)  # 22 layers: 8 global, 14 local
+    b, s, h = 2, 1024, cfg.hidden_size
+    everything_global = dataclasses.replace(cfg, local_window=0)
+    saved = 12 * b * h * 14 * (s * s - attended_pairs(s, 128))
+    assert model_flops(everything_global, "none", b, s, 5) - model_flops(cfg, "none", b, s, 5) == saved
 
 
 def test_each_family_term_is_what_the_formula_says():
