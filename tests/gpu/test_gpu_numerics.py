@@ -4,7 +4,8 @@ accelerators). Their CPU halves run in CI: tests/training/test_gpu_choices.py an
 tests/model/test_cudnn_path.py, with cuDNN's call routed to XLA.
 
 * One pre-training loss and its gradients from the model resolved for the GPU (bfloat16, cuDNN
-  attention, unrolled), run on the GPU, against the CPU's float32 ones on the same batch and parameters.
+  attention, unrolled), run on the GPU, against the CPU's float32 ones on the same batch and parameters;
+  the same with the Pallas flash attention (interpreted on the CPU: the same dropout masks).
 * cuDNN's attention and the Pallas flash kernel against XLA's on the GPU, through the encoder and its
   gradients: BERT on padded rows, ModernBERT on padded rows longer than its local window; scanned and
   unrolled. The flash kernel against its XLA reference with dropout (the same mask), float32 and bfloat16.
@@ -66,6 +67,25 @@ def test_gpu_step_matches_the_cpu_float32_step(family, fields, record_property):
     record_property("loss", [loss_gpu, loss_ref])
     record_property("grad_relative_error", err)
     print(f"{family} {fields}: loss {loss_gpu:.5f} (GPU) vs {loss_ref:.5f} (CPU float32); gradients "
+          f"{err:.4f} relative; worst {worst_leaves(grads_gpu, grads_ref)}")
+    assert abs(loss_gpu - loss_ref) <= LOSS_TOLERANCE * loss_ref, (loss_gpu, loss_ref)
+    assert err <= GRAD_TOLERANCE, (err, worst_leaves(grads_gpu, grads_ref))
+
+
+@pytest.mark.parametrize("family", ["bert", "modernbert"])
+def test_gpu_flash_step_matches_the_cpu_float32_step(family, record_property):
+    """The step with the Pallas flash attention (bfloat16, Triton) against the CPU's float32 step with
+    the same kernel in Pallas' interpreter: the same dropout masks (drawn inside the kernel from the
+    same keys), so only the arithmetic differs, within the tolerances of the cuDNN step's test."""
+    gpu_cfg = resolved(family, "gpu", attention_impl="flash")
+    ref = reference(family, gpu_cfg, attention_impl="flash_interpret")
+    task, data = objective(family), batch()
+    params = initial_params(ref, task)
+    loss_ref, grads_ref = loss_and_grads(ref, task, params, data, jax.devices("cpu")[0])
+    loss_gpu, grads_gpu = loss_and_grads(gpu_cfg, task, params, data, gpus()[0])
+    err = relative_error(grads_gpu, grads_ref)
+    record_property("loss", [loss_gpu, loss_ref])
+    print(f"{family} flash: loss {loss_gpu:.5f} (GPU) vs {loss_ref:.5f} (CPU float32, interpreted); gradients "
           f"{err:.4f} relative; worst {worst_leaves(grads_gpu, grads_ref)}")
     assert abs(loss_gpu - loss_ref) <= LOSS_TOLERANCE * loss_ref, (loss_gpu, loss_ref)
     assert err <= GRAD_TOLERANCE, (err, worst_leaves(grads_gpu, grads_ref))
