@@ -82,7 +82,8 @@ def test_a_stage_the_budget_cannot_cover_is_skipped(tmp_path):
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["--stages", "profile,variants"], "--stages profile: expected a comma list of variants, profile_before, sizes"),
+    (["--stages", "profile,variants"],
+     "--stages profile: expected a comma list of variants, profile_before, numerics, sizes"),
     (["--sizes", "bert-huge"], "--sizes bert-huge: expected a comma list of bert-base-512"),
     (["--cost", "sizes"], "--cost sizes: expected STAGE=SECONDS")])
 def test_bad_arguments_are_one_line(tmp_path, argv, message, capsys):

@@ -11,11 +11,11 @@ logged and passed over:
 2. ``profile_before``: the default step (compiled by the first stage: cached) traced and reduced to
    a table (`bert_jax.benchmark.profile`), beside the same program's kernels at the card's roofline
    (`bert_jax.benchmark.roofline`: what the AOT tool predicts without a GPU).
-3. ``sizes``: BERT-base at 512 (batch 32), BERT-large at 512 (batch 16), ModernBERT-base at 1,024
-   (batch 16), each once: with the fastest flags (a variant that beat the default by over 3%), else
-   the default.
-4. ``numerics``: ``pytest tests/gpu`` in a child process that does not preallocate (the GPU against
+3. ``numerics``: ``pytest tests/gpu`` in a child process that does not preallocate (the GPU against
    the CPU's float32 step; cuDNN and the flash kernel against XLA).
+4. ``sizes``: BERT-base at 512 (batch 32), BERT-large at 512 (batch 16), ModernBERT-base at 1,024
+   (batch 16), each once: with the fastest flags (a variant that beat the default by over 3%), else
+   the default; the next size only while 45 s of the budget are left.
 5. ``attention_kernels``: attention alone, forward and backward, at BERT-base's and ModernBERT's shapes:
    the flash kernel's tilings, with and without its dropout, against XLA's explicit path and cuDNN,
    each beside its roofline (tests/gpu/attention_kernels.py).
@@ -73,7 +73,8 @@ SIZES = {  # the sizes stage: (name, flags)
 QUICK = ["--size", "tiny", "--seq_len", "32", "--batch_size", "4", "--vocab_size", "512", "--dtype", "bfloat16", *ONE]
 # Seconds each stage is expected to take on one H100/H200 (compiles dominate); a stage starts only if
 # what is left of the budget covers it.
-COST = {"variants": 160, "profile_before": 25, "sizes": 170, "numerics": 120, "attention_kernels": 70,
+# The sizes stage starts with one size's worth and measures each next size while 45 s are left.
+COST = {"variants": 160, "profile_before": 25, "numerics": 140, "sizes": 60, "attention_kernels": 70,
         "torch_compile": 100, "combined": 60, "profile_after": 40}
 MARGIN = 0.03  # a variant counts as faster beyond this share of the default's step (turns differ by ~1-2%)
 
