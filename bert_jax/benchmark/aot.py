@@ -90,6 +90,11 @@ device_description_str: "{name}"
 """  # XLA's GpuTargetConfigProto for a Hopper card (sm_90): what its compiler needs instead of the card
 
 
+def gpu_chip(device_kind: str) -> Chip | None:
+    """The card of `CHIPS` a JAX device's ``device_kind`` names ("NVIDIA H100 80GB HBM3"), or None."""
+    return next((c for c in CHIPS.values() if c.platform == "gpu" and c.name.split()[1] in device_kind), None)
+
+
 def topology_name(spec: str) -> tuple[Chip, str, int]:
     """``v5e-256`` (an accelerator type) or ``v5e:16x16`` (a topology) → (chip, the compiler's topology
     name, chips). A GPU: ``h100`` or ``h100-1`` (one card)."""

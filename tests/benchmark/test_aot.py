@@ -47,6 +47,12 @@ def test_a_gpu_is_one_card(spec):
     assert (chip.platform, name, n) == ("gpu", "1x1x1", 1) and chip is aot.CHIPS[spec.partition("-")[0]]
 
 
+def test_a_gpu_devices_kind_names_its_card():
+    assert aot.gpu_chip("NVIDIA H100 80GB HBM3") is aot.CHIPS["h100"]
+    assert aot.gpu_chip("NVIDIA H200") is aot.CHIPS["h200"]
+    assert aot.gpu_chip("cpu") is None and aot.gpu_chip("NVIDIA A100-SXM4-80GB") is None
+
+
 def test_auto_means_the_gpus_for_a_gpu_target():
     """For a GPU, "auto" is what train.py resolves on one: bfloat16, unrolled layers, cuDNN attention."""
     c = aot.load_config("configs/pretrain.py:size=tiny", [], "gpu")

@@ -55,7 +55,7 @@ def least_ms(hlo: str) -> float | None:
     from bert_jax.benchmark import aot, roofline
 
     kind = jax.devices()[0].device_kind
-    chip = next((c for c in aot.CHIPS.values() if c.platform == "gpu" and c.name.split()[1] in kind), None)
+    chip = aot.gpu_chip(kind)
     if chip is None:
         return None
     return roofline.table(roofline.kernels(hlo), chip.peak_bf16, chip.hbm_bandwidth)["ms"]

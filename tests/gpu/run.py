@@ -208,7 +208,7 @@ def least_time(hlo: Path) -> str:
     from bert_jax.benchmark import aot, roofline
 
     kind = jax.devices()[0].device_kind
-    chip = next((c for c in aot.CHIPS.values() if c.platform == "gpu" and c.name.split()[1] in kind), None)
+    chip = aot.gpu_chip(kind)
     if chip is None or not hlo.is_file():
         return f"(no roofline: {kind} is not in bert_jax.benchmark.aot.CHIPS, or no HLO was written)"
     try:
