@@ -4,8 +4,8 @@ cuDNN's fused attention (``attention_impl="cudnn"``) takes no dropout that JAX e
 step with BERT's attention dropout (0.1) ran attention as einsums, writing and reading the
 [batch, heads, T, S] scores, probabilities and mask several times a layer (docs/records.md, "The GPU
 compiler's program at its roofline"). This kernel keeps a block of scores on chip and draws the
-dropout mask inside the kernel from the step's key: the forward and both backward passes draw the
-same mask, so nothing of size [T, S] reaches memory.
+dropout mask inside itself from the step's key, in the forward, which keeps it for the backward as
+bits (T · S / 8 bytes per row and head: 32 times less than the probabilities in bfloat16).
 
     ctx = flash_attention(q, k, v, segment_ids)                      # no dropout
     ctx = flash_attention(q, k, v, segment_ids, key=key, rate=0.1)   # BERT's training step
@@ -22,6 +22,8 @@ same mask, so nothing of size [T, S] reaches memory.
   from Threefry-2x32 (the model's fused dropout's, `dropout.threefry2x32`) keyed by ``key``, one call
   for 4 neighbouring keys (64 bits), counter ((n · T + t) · S / 4 + s / 4, b): global row and head
   numbers, so the mask does not depend on how the batch or the heads are split over devices.
+  The backward reads the forward's bits (`pack`, `unpack`) instead of drawing them twice more: the
+  Threefry's integer work, not the bits' bytes, is what a GPU would wait on (docs/records.md).
   `dropout_keep` draws the same mask outside the kernel; `reference_attention` is the kernel's
   computation in XLA, what the tests compare it with.
 * interpret=True: Pallas' interpreter (any backend; how the CPU tests check the kernel).
@@ -58,6 +60,11 @@ class Tiling:
     block: int = BLOCK
     warps: int = 4
 
+    def __post_init__(self):
+        if self.block < 32 or self.block & (self.block - 1) or self.warps not in (1, 2, 4, 8, 16):
+            raise ValueError(f"flash Tiling(block={self.block}, warps={self.warps}): expected a block that is a "
+                             "power of two of at least 32 (the dropout mask's 32-bit words) and 1-16 warps")
+
     def name(self, kernel: str, window: int) -> str:
         """The pallas_call's name, which `bert_jax.benchmark.roofline` reads back: window and block."""
         return kernel + (f"_window{window}" if window else "") + (f"_block{self.block}" if self.block != BLOCK else "")
@@ -71,6 +78,19 @@ def flash_applies(length: int, head_dim: int, dtype) -> bool:
 def threshold(rate: float) -> int:
     """A probability is dropped when its 16 random bits are below this."""
     return min(round(rate * 2**16), 2**16 - 1)
+
+
+def pack(keep: jax.Array) -> jax.Array:
+    """A dropout mask [R, C] (bool, C a multiple of 32) as bits: [R, C / 32] uint32, key c in bit c % 32."""
+    rows, cols = keep.shape
+    bits = keep.astype(jnp.uint32).reshape(rows, cols // 32, 32) << jnp.arange(32, dtype=jnp.uint32)
+    return bits.sum(axis=-1, dtype=jnp.uint32)  # distinct bits: the sum is their OR
+
+
+def unpack(words: jax.Array) -> jax.Array:
+    """`pack`'s inverse: [R, W] uint32 → [R, 32 W] bool."""
+    rows, width = words.shape
+    return ((words[:, :, None] >> jnp.arange(32, dtype=jnp.uint32)) & np.uint32(1)).reshape(rows, 32 * width) == 1
 
 
 def random16(k0, k1, b, n, t, quad, length: int):
@@ -159,8 +179,8 @@ class Tile:
         return bits >= np.uint32(threshold(self.rate))
 
 
-def _forward_kernel(seed_ref, rows_ref, heads_ref, q_ref, k_ref, v_ref, ids_ref, o_ref, lse_ref, *, rate, window,
-                    scale, block):
+def _forward_kernel(seed_ref, rows_ref, heads_ref, q_ref, k_ref, v_ref, ids_ref, o_ref, lse_ref, *mask_ref, rate,
+                    window, scale, block):
     length = k_ref.shape[0]
     i = pl.program_id(0)
     tile = Tile(seed_ref, rows_ref[0].astype(jnp.uint32), heads_ref[0].astype(jnp.uint32), rate, window, length, scale)
@@ -176,8 +196,10 @@ def _forward_kernel(seed_ref, rows_ref, heads_ref, q_ref, k_ref, v_ref, ids_ref,
         correction = jnp.exp2(m - m_next)
         p = jnp.exp2(x - m_next[:, None])  # [block, block] unnormalised probabilities
         total = correction * total + p.sum(axis=-1)
-        if rate:
-            p = jnp.where(tile.keep(rows, j * block, block), p, 0.0)
+        if rate:  # the mask, kept as bits for the backward: [block, block / 32] words of this key block
+            keep = tile.keep(rows, j * block, block)
+            mask_ref[0][:, pl.ds(j * (block // 32), block // 32)] = pack(keep)
+            p = jnp.where(keep, p, 0.0)
         pv = jnp.dot(p.astype(v_ref.dtype), v_ref[keys, :], preferred_element_type=jnp.float32)  # [block, H]
         return correction[:, None] * o + pv, m_next, total
 
@@ -189,7 +211,8 @@ def _forward_kernel(seed_ref, rows_ref, heads_ref, q_ref, k_ref, v_ref, ids_ref,
 
 
 def _backward_kernel(seed_ref, rows_ref, heads_ref, q_ref, k_ref, v_ref, ids_ref, do_ref, lse_ref, delta_ref,
-                     dq_ref, dk_ref, dv_ref, *, rate, window, scale, block):
+                     *refs, rate, window, scale, block):
+    mask_ref, (dq_ref, dk_ref, dv_ref) = (refs[0], refs[1:]) if rate else (None, refs)
     length = k_ref.shape[0]
     tile = Tile(seed_ref, rows_ref[0].astype(jnp.uint32), heads_ref[0].astype(jnp.uint32), rate, window, length, scale)
     inv_keep = 1.0 / (1.0 - rate)
@@ -203,8 +226,8 @@ def _backward_kernel(seed_ref, rows_ref, heads_ref, q_ref, k_ref, v_ref, ids_ref
                      - lse_ref[queries][:, None])  # [block, block] probabilities
         dz = jnp.dot(do, v.T, preferred_element_type=jnp.float32)  # [block, block]
         z, dp = p, dz
-        if rate:
-            keep = tile.keep(rows, j * block, block)
+        if rate:  # the forward's mask, from its bits
+            keep = unpack(mask_ref[queries, pl.ds(j * (block // 32), block // 32)])  # [block, block]
             z, dp = jnp.where(keep, p * inv_keep, 0.0), jnp.where(keep, dz * inv_keep, 0.0)
         return p * (dp - delta_ref[queries][:, None]) * scale, z
 
@@ -258,18 +281,22 @@ def _forward(q, k, v, ids, seed, rows, heads, rate, window, tiling, interpret):
     batch, length, num_heads, head_dim = q.shape
     block = tiling.block
     kernel = functools.partial(_forward_kernel, rate=rate, window=window, scale=1.0 / math.sqrt(head_dim), block=block)
+    out_specs = [pl.BlockSpec((None, block, None, head_dim), lambda i, b, n: (b, i, n, 0)),  # o
+                 pl.BlockSpec((None, None, block), lambda i, b, n: (b, n, i))]  # lse
+    out_shape = [jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((batch, num_heads, length), jnp.float32)]
+    if rate:  # the dropout mask's bits [batch, heads, T, S / 32], for the backward
+        out_specs.append(pl.BlockSpec((None, None, block, length // 32), lambda i, b, n: (b, n, i, 0)))
+        out_shape.append(jax.ShapeDtypeStruct((batch, num_heads, length, length // 32), jnp.uint32))
     return pl.pallas_call(
         kernel,
         grid=(length // block, batch, num_heads),
         in_specs=_specs(False, length, head_dim, block),
-        out_specs=[pl.BlockSpec((None, block, None, head_dim), lambda i, b, n: (b, i, n, 0)),
-                   pl.BlockSpec((None, None, block), lambda i, b, n: (b, n, i))],
-        out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype),
-                   jax.ShapeDtypeStruct((batch, num_heads, length), jnp.float32)],  # o, lse
+        out_specs=out_specs,
+        out_shape=out_shape,
         compiler_params=plgpu.CompilerParams(num_warps=tiling.warps, num_stages=2),
         interpret=interpret,
         name=tiling.name("flash_forward", window),
-    )(seed, rows, heads, q, k, v, ids)
+    )(seed, rows, heads, q, k, v, ids)  # o, lse[, mask]
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(7, 8, 9, 10))
@@ -278,12 +305,12 @@ def _flash(q, k, v, ids, seed, rows, heads, rate, window, tiling, interpret):
 
 
 def _flash_fwd(q, k, v, ids, seed, rows, heads, rate, window, tiling, interpret):
-    o, lse = _forward(q, k, v, ids, seed, rows, heads, rate, window, tiling, interpret)
-    return o, (q, k, v, ids, seed, rows, heads, o, lse)
+    o, lse, *mask = _forward(q, k, v, ids, seed, rows, heads, rate, window, tiling, interpret)
+    return o, (q, k, v, ids, seed, rows, heads, o, lse, mask)
 
 
 def _flash_bwd(rate, window, tiling, interpret, res, do):
-    q, k, v, ids, seed, rows, heads, o, lse = res
+    q, k, v, ids, seed, rows, heads, o, lse, mask = res
     batch, length, num_heads, head_dim = q.shape
     block = tiling.block
     delta = jnp.einsum("BTNH,BTNH->BNT", o.astype(jnp.float32), do.astype(jnp.float32))  # [batch, heads, T]
@@ -291,16 +318,17 @@ def _flash_bwd(rate, window, tiling, interpret, res, do):
     per_row = pl.BlockSpec((None, None, length), lambda b, n, _: (b, n, 0))
     out = pl.BlockSpec((None, block, None, head_dim), lambda b, n, c: (b, c, n, 0))
     specs = _specs(True, length, head_dim, block)  # seed, rows, heads, q, k, v, ids
+    bits = [pl.BlockSpec((None, None, length, length // 32), lambda b, n, _: (b, n, 0, 0))] if mask else []
     dq, dk, dv = pl.pallas_call(
         kernel,
         grid=(batch, num_heads, length // block),
-        in_specs=[*specs, specs[3], per_row, per_row],  # ..., do (as q), lse, delta
+        in_specs=[*specs, specs[3], per_row, per_row, *bits],  # ..., do (as q), lse, delta[, the mask's bits]
         out_specs=[out, out, out],
         out_shape=[jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (q, k, v)],
         compiler_params=plgpu.CompilerParams(num_warps=tiling.warps, num_stages=2),
         interpret=interpret,
         name=tiling.name("flash_backward", window),
-    )(seed, rows, heads, q, k, v, ids, do, lse, delta)
+    )(seed, rows, heads, q, k, v, ids, do, lse, delta, *mask)
     return dq, dk, dv, None, None, None, None
 
 

@@ -64,6 +64,21 @@ def test_the_kernel_matches_its_reference_forward_and_gradients(rate, window, pa
         assert np.abs(g - h).max() <= 1e-5 * np.abs(h).max(), name
 
 
+def test_the_mask_packs_into_words_and_back():
+    """The forward keeps its dropout mask as bits (key c of a block in bit c % 32 of word c // 32)."""
+    keep = jax.random.bernoulli(jax.random.key(0), 0.9, (64, 128))
+    words = flash.pack(keep)
+    assert words.shape == (64, 4) and words.dtype == jnp.uint32
+    assert int(words[3, 1]) == sum(int(keep[3, 32 + c]) << c for c in range(32))
+    assert np.array_equal(flash.unpack(words), keep)
+
+
+@pytest.mark.parametrize("block,warps", [(48, 4), (16, 4), (64, 3)])
+def test_a_tiling_the_kernel_cannot_take_is_a_clear_error(block, warps):
+    with pytest.raises(ValueError, match=f"Tiling\\(block={block}, warps={warps}\\).*power of two"):
+        flash.Tiling(block=block, warps=warps)
+
+
 def test_another_tiling_computes_the_same():
     """Blocks of 128 tokens and 8 warps (what the GPU script times beside the default): the same
     output and gradients as the default's 64 at a window that straddles blocks."""
