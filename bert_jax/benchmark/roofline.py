@@ -56,9 +56,10 @@ def array_bytes(shape: str) -> int:
 def flops(ins, lines: list[str], operand_shapes: list[str], shape: str = "") -> int:
     """2 · output · contracted size for each ``dot`` among ``lines`` (the kernel's computation) or of
     a cuBLAS call (its result ``shape``), or cuDNN attention's from q [B, T, N, H] and k [B, S, N, H]
-    (its first two operands), or the flash kernel's from q and the blocks its window visits."""
+    (its first two operands), or the flash kernel's from q (its first [B, T, N, H] operand) and the
+    blocks its window visits."""
     if ins is not None and ins.target == "__gpu$xla.gpu.triton" and (m := FLASH.search(ins.op_name)):
-        b, t, n, h = (dims(operand_shapes[3]) or [[0] * 4])[0]  # q [B, T, N, H] (after seed, rows, heads)
+        b, t, n, h = next((d[0] for d in map(dims, operand_shapes) if d and len(d[0]) == 4), [0] * 4)  # q
         block = int(m[3] or flash.BLOCK)
         return FLASH_FLOPS[m[1]] * b * n * h * block**2 * flash.block_pairs(t, int(m[2] or 0), block)
     if ins is not None and ins.target.startswith("__cublas") and (c := CUBLAS_CONTRACTING.search(ins.line)):

@@ -159,31 +159,27 @@ def key_blocks(start, size: int, block: int, length: int, window: int):
     return first, last
 
 
-class Tile:
-    """What one (query block, key block) pair of a program needs: its scores and its dropout mask."""
+def logits(q, k, q_ids, k_ids, rows, cols, *, scale: float, window: int):
+    """Base-2 logits [R, C] of queries q [R, H] (positions ``rows``, ids ``q_ids``) against keys k [C, H]
+    (``cols``, ``k_ids``), the keys a query does not see at `MASKED`."""
+    x = jnp.dot(q, k.T, preferred_element_type=jnp.float32) * (scale * LOG2E)
+    return jnp.where(visible(q_ids, k_ids, rows, cols, window), x, MASKED)
 
-    def __init__(self, seed_ref, row, head, rate: float, window: int, length: int, scale: float):
-        self.seed_ref, self.row, self.head = seed_ref, row, head
-        self.rate, self.window, self.length, self.scale = rate, window, length, scale
 
-    def logits(self, q, k, q_ids, k_ids, rows, cols):
-        """Base-2 logits [R, C] of queries q [R, H] against keys k [C, H], hidden keys at `MASKED`."""
-        x = jnp.dot(q, k.T, preferred_element_type=jnp.float32) * (self.scale * LOG2E)
-        return jnp.where(visible(q_ids, k_ids, rows, cols, self.window), x, MASKED)
-
-    def keep(self, rows, first_col: int | jax.Array, cols: int):
-        """[R, cols] bool: the dropout mask of queries ``rows`` [R] and keys from ``first_col``."""
-        t = rows.astype(jnp.uint32)[:, None]
-        quad = (jax.lax.div(first_col, 4) + jnp.arange(cols // 4)).astype(jnp.uint32)[None, :]
-        bits = random16(self.seed_ref[0], self.seed_ref[1], self.row, self.head, t, quad, self.length)
-        return bits >= np.uint32(threshold(self.rate))
+def keep_block(seed_ref, row, head, rows, first_col, cols: int, *, rate: float, length: int):
+    """[R, cols] bool, in a kernel: the dropout mask of row ``row`` and head ``head`` (uint32), queries
+    ``rows`` [R] and the ``cols`` keys from ``first_col``, keyed by the words of ``seed_ref``."""
+    t = rows.astype(jnp.uint32)[:, None]
+    quad = (jax.lax.div(first_col, 4) + jnp.arange(cols // 4)).astype(jnp.uint32)[None, :]
+    return random16(seed_ref[0], seed_ref[1], row, head, t, quad, length) >= np.uint32(threshold(rate))
 
 
 def _forward_kernel(seed_ref, rows_ref, heads_ref, q_ref, k_ref, v_ref, ids_ref, o_ref, lse_ref, *mask_ref, rate,
                     window, scale, block):
     length = k_ref.shape[0]
     i = pl.program_id(0)
-    tile = Tile(seed_ref, rows_ref[0].astype(jnp.uint32), heads_ref[0].astype(jnp.uint32), rate, window, length, scale)
+    keep = functools.partial(keep_block, seed_ref, rows_ref[0].astype(jnp.uint32), heads_ref[0].astype(jnp.uint32),
+                             rate=rate, length=length)
     q = q_ref[...]  # [block, H]
     rows = i * block + jnp.arange(block)  # [block]
     q_ids = ids_ref[pl.ds(i * block, block)]  # [block]
@@ -191,15 +187,16 @@ def _forward_kernel(seed_ref, rows_ref, heads_ref, q_ref, k_ref, v_ref, ids_ref,
     def step(j, carry):  # online softmax over key block j
         o, m, total = carry  # [block, H], [block], [block] float32: output, row max, denominator
         keys = pl.ds(j * block, block)
-        x = tile.logits(q, k_ref[keys, :], q_ids, ids_ref[keys], rows, j * block + jnp.arange(block))  # [block, block]
+        x = logits(q, k_ref[keys, :], q_ids, ids_ref[keys], rows, j * block + jnp.arange(block), scale=scale,
+                   window=window)  # [block, block]
         m_next = jnp.maximum(m, x.max(axis=-1))
         correction = jnp.exp2(m - m_next)
         p = jnp.exp2(x - m_next[:, None])  # [block, block] unnormalised probabilities
         total = correction * total + p.sum(axis=-1)
         if rate:  # the mask, kept as bits for the backward: [block, block / 32] words of this key block
-            keep = tile.keep(rows, j * block, block)
-            mask_ref[0][:, pl.ds(j * (block // 32), block // 32)] = pack(keep)
-            p = jnp.where(keep, p, 0.0)
+            kept = keep(rows, j * block, block)  # [block, block]
+            mask_ref[0][:, pl.ds(j * (block // 32), block // 32)] = pack(kept)
+            p = jnp.where(kept, p, 0.0)
         pv = jnp.dot(p.astype(v_ref.dtype), v_ref[keys, :], preferred_element_type=jnp.float32)  # [block, H]
         return correction[:, None] * o + pv, m_next, total
 
@@ -210,11 +207,9 @@ def _forward_kernel(seed_ref, rows_ref, heads_ref, q_ref, k_ref, v_ref, ids_ref,
     lse_ref[...] = m + jnp.log2(total)  # [block]: the base-2 log of each row's softmax denominator
 
 
-def _backward_kernel(seed_ref, rows_ref, heads_ref, q_ref, k_ref, v_ref, ids_ref, do_ref, lse_ref, delta_ref,
-                     *refs, rate, window, scale, block):
+def _backward_kernel(q_ref, k_ref, v_ref, ids_ref, do_ref, lse_ref, delta_ref, *refs, rate, window, scale, block):
     mask_ref, (dq_ref, dk_ref, dv_ref) = (refs[0], refs[1:]) if rate else (None, refs)
     length = k_ref.shape[0]
-    tile = Tile(seed_ref, rows_ref[0].astype(jnp.uint32), heads_ref[0].astype(jnp.uint32), rate, window, length, scale)
     inv_keep = 1.0 / (1.0 - rate)
 
     def grads(i, j, q, k, v, do):
@@ -222,8 +217,8 @@ def _backward_kernel(seed_ref, rows_ref, heads_ref, q_ref, k_ref, v_ref, ids_ref
         block i and key block j."""
         queries = pl.ds(i * block, block)
         rows, cols = i * block + jnp.arange(block), j * block + jnp.arange(block)
-        p = jnp.exp2(tile.logits(q, k, ids_ref[queries], ids_ref[pl.ds(j * block, block)], rows, cols)
-                     - lse_ref[queries][:, None])  # [block, block] probabilities
+        x = logits(q, k, ids_ref[queries], ids_ref[pl.ds(j * block, block)], rows, cols, scale=scale, window=window)
+        p = jnp.exp2(x - lse_ref[queries][:, None])  # [block, block] probabilities
         dz = jnp.dot(do, v.T, preferred_element_type=jnp.float32)  # [block, block]
         z, dp = p, dz
         if rate:  # the forward's mask, from its bits
@@ -306,29 +301,29 @@ def _flash(q, k, v, ids, seed, rows, heads, rate, window, tiling, interpret):
 
 def _flash_fwd(q, k, v, ids, seed, rows, heads, rate, window, tiling, interpret):
     o, lse, *mask = _forward(q, k, v, ids, seed, rows, heads, rate, window, tiling, interpret)
-    return o, (q, k, v, ids, seed, rows, heads, o, lse, mask)
+    return o, (q, k, v, ids, o, lse, mask)  # the mask's bits stand for the seed, rows and heads
 
 
 def _flash_bwd(rate, window, tiling, interpret, res, do):
-    q, k, v, ids, seed, rows, heads, o, lse, mask = res
+    q, k, v, ids, o, lse, mask = res
     batch, length, num_heads, head_dim = q.shape
     block = tiling.block
     delta = jnp.einsum("BTNH,BTNH->BNT", o.astype(jnp.float32), do.astype(jnp.float32))  # [batch, heads, T]
     kernel = functools.partial(_backward_kernel, rate=rate, window=window, scale=1.0 / math.sqrt(head_dim), block=block)
     per_row = pl.BlockSpec((None, None, length), lambda b, n, _: (b, n, 0))
     out = pl.BlockSpec((None, block, None, head_dim), lambda b, n, c: (b, c, n, 0))
-    specs = _specs(True, length, head_dim, block)  # seed, rows, heads, q, k, v, ids
+    specs = _specs(True, length, head_dim, block)[3:]  # q, k, v, ids (not the seed, rows and heads)
     bits = [pl.BlockSpec((None, None, length, length // 32), lambda b, n, _: (b, n, 0, 0))] if mask else []
     dq, dk, dv = pl.pallas_call(
         kernel,
         grid=(batch, num_heads, length // block),
-        in_specs=[*specs, specs[3], per_row, per_row, *bits],  # ..., do (as q), lse, delta[, the mask's bits]
+        in_specs=[*specs, specs[0], per_row, per_row, *bits],  # ..., do (as q), lse, delta[, the mask's bits]
         out_specs=[out, out, out],
         out_shape=[jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (q, k, v)],
         compiler_params=plgpu.CompilerParams(num_warps=tiling.warps, num_stages=2),
         interpret=interpret,
         name=tiling.name("flash_backward", window),
-    )(seed, rows, heads, q, k, v, ids, do, lse, delta, *mask)
+    )(q, k, v, ids, do, lse, delta, *mask)
     return dq, dk, dv, None, None, None, None
 
 

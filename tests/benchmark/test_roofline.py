@@ -79,7 +79,7 @@ ENTRY %main (s: u32[2], r: s32[2], h: s32[4], q: bf16[2,256,4,16], i: s32[2,256]
   %wide = bf16[2,256,4,16]{3,2,1,0} custom-call(%s, %r, %h, %local, %q, %q, %i),
     custom_call_target="__gpu$xla.gpu.triton",
     metadata={op_name="jit(step)/jvp(attention)/flash_forward_window32_block128/pallas_call"}
-  ROOT %bwd = bf16[2,256,4,16]{3,2,1,0} custom-call(%s, %r, %h, %wide, %q, %q, %i),
+  ROOT %bwd = bf16[2,256,4,16]{3,2,1,0} custom-call(%wide, %q, %q, %i),
     custom_call_target="__gpu$xla.gpu.triton",
     metadata={op_name="jit(step)/transpose(jvp(attention))/flash_backward/pallas_call"}
 }
