@@ -252,9 +252,13 @@ def compare(bench, variants: list, libs: dict, batch_size: int) -> dict:
     references on ``batch_size``, taking turns; one "compare" result."""
     a, devices = bench.args, bench.mesh.devices.size
     peak = device_peak(a.dtype, devices)
-    impls = [ours(bench, batch_size, peak)]
-    impls += [ours(v, batch_size, peak if v.args.dtype == a.dtype else device_peak(v.args.dtype, devices), name)
-              for name, v in variants]
+    impls, failed = [ours(bench, batch_size, peak)], {}
+    for name, v in variants:  # a variant that does not build or compile is reported, the others still timed
+        try:
+            impls.append(ours(v, batch_size, peak if v.args.dtype == a.dtype else device_peak(v.args.dtype, devices),
+                              name))
+        except Exception as e:  # noqa: BLE001 - whatever the compiler raises
+            failed[name] = f"{type(e).__name__}: {cli.message(e)}"[:300]
     batches = bench.host_batches(batch_size, packed=False)  # the unpacked batches ours cycles through
     impls += [hf_flax(bench.cfg, libs, batches, peak, bench.options) if n == "hf-flax" else
               hf_torch(bench.cfg, libs, batches, peak, a.torch_threads, a.dtype, compiled=n == "hf-torch-compile")
@@ -282,7 +286,7 @@ def compare(bench, variants: list, libs: dict, batch_size: int) -> dict:
         r["ours_over_theirs_real_tokens"] = round(rows[0]["real_tokens_per_s"] / r["real_tokens_per_s"], 3)
     return {"mode": "compare", **bench.describe(batch_size),
             **{f"{k}_version": v.__version__ for k, v in libs.items()}, "steps": a.steps, "warmup": max(a.warmup, 1),
-            "compare_block": a.compare_block, "variants": a.variant, "implementations": rows,
+            "compare_block": a.compare_block, "variants": a.variant, "implementations": rows, "failed": failed,
             "ratio_tokens_per_s": {r["name"]: r["ours_over_theirs"] for r in rows[1:]},
             "ratio_real_tokens_per_s": {r["name"]: r["ours_over_theirs_real_tokens"] for r in rows[1:]}}
 
@@ -300,4 +304,5 @@ def summary(r: dict) -> str:
                   f"{x['ours_over_theirs']:.2f} (real tokens {x['ours_over_theirs_real_tokens']:.2f}); "
                   f"{x['model_flops_per_step'] / 1e9:.2f} GFLOP ({x['mlm_head']} MLM head), MFU {mfu}; loss "
                   f"{x['loss_first']} -> {x['loss_last']}{compile_s}", f"    {x['label']}; peak {x['peak_source']}"]
+    lines += [f"  ours {name}: failed to build or compile: {why}" for name, why in r.get("failed", {}).items()]
     return "\n".join(lines)

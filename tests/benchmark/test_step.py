@@ -103,6 +103,18 @@ def test_variants_take_turns_with_our_step(tmp_path, monkeypatch):
     assert "ours --unpad_multiple 8" in peers.summary(r)
 
 
+def test_a_variant_that_does_not_compile_is_reported_and_the_others_timed(monkeypatch):
+    """A variant the compiler refuses (cuDNN's attention on a CPU: "cuDNN is not detected") is a line of
+    the result, not the end of the comparison: our step (and any other variant) is still timed."""
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    (r,) = step.main([*TINY, "--batch_size", "2", "--steps", "1", "--warmup", "1", "--compare_block", "1",
+                      "--attention_dropout", "0", "--variant", "--attention_impl cudnn", "--output", ""])
+    assert [x["name"] for x in r["implementations"]] == ["ours"] and r["implementations"][0]["step_time_median_s"] > 0
+    assert list(r["failed"]) == ["--attention_impl cudnn"]
+    assert "cuDNN is not detected" in r["failed"]["--attention_impl cudnn"]
+    assert "ours --attention_impl cudnn: failed to build or compile: RuntimeError" in peers.summary(r)
+
+
 @pytest.mark.slow  # ~40 s (torch and transformers imports, three compiles); CI lacks the extra anyway
 def test_compare_with_hugging_face_on_a_tiny_model(tmp_path, monkeypatch):
     pytest.importorskip("torch", reason="--compare needs the 'bench' extra: pip install -e '.[bench]'")

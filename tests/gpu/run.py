@@ -224,6 +224,7 @@ def compare_table(r: dict) -> str:
         mfu = "-" if x["mfu"] is None else f"{100 * x['mfu']:.1f}%"
         rows.append(f"| {x['name']} | {x['step_time_median_s'] * 1e3:.1f} | {x['tokens_per_s']:,.0f} | {mfu} | "
                     f"{x['ours_over_theirs']:.2f} |")
+    rows += [f"| ours {name} | failed: {why} | | | |" for name, why in r.get("failed", {}).items()]
     return "\n".join(rows)
 
 
