@@ -62,6 +62,27 @@ def test_quick_attention_kernels_time_every_tiling(tmp_path):
     assert all(r["ms"] > 0 and r["least_ms"] is None for r in rows)
 
 
+def test_a_flash_kernel_that_fails_its_probe_leaves_its_variant_out(tmp_path, monkeypatch):
+    """On a GPU the flash kernel first runs in a child process; if that fails (here: the child exits 3),
+    the variants stage times the others instead of dying with the kernel."""
+    import types
+
+    import jax
+
+    run = gpu_run.Run(tmp_path / "gpu", 100, quick=True, args=types.SimpleNamespace(variant=[]))
+    monkeypatch.setattr(jax, "devices", lambda *a: [types.SimpleNamespace(platform="gpu")])
+    monkeypatch.setattr(gpu_run, "FLASH_PROBE", "import sys; print('crashed'); sys.exit(3)")
+    assert not gpu_run.flash_runs(run)
+    assert "probe failed (exit status 3)" in (tmp_path / "gpu" / "summary.md").read_text()
+    seen = []
+    monkeypatch.setattr(gpu_run, "bench", lambda argv: seen.append(argv) or [{"implementations": [
+        {"name": "ours", "step_time_median_s": 0.1, "tokens_per_s": 1.0, "mfu": None, "ours_over_theirs": 1.0}]}])
+    gpu_run.variants(run)
+    (argv,) = seen
+    chosen = [argv[i + 1] for i, a in enumerate(argv) if a == "--variant"]
+    assert chosen == [v for v in gpu_run.VARIANTS if "flash" not in v] and len(chosen) == len(gpu_run.VARIANTS) - 1
+
+
 def test_a_failing_stage_is_logged_and_the_run_goes_on(tmp_path, monkeypatch):
     def broken(run):
         raise RuntimeError("no GPU here")

@@ -6,8 +6,9 @@ show first, each stage skipped when what is left of ``--budget_s`` would not cov
 logged and passed over:
 
 1. ``variants``: the default step of BERT-base at 128 tokens, batch 256, bfloat16, beside its variants
-   (``--variant``: the Pallas flash attention, no GELU recompute) and Hugging Face's PyTorch BERT
-   in bfloat16, taking turns (`bert_jax.benchmark.peers`).
+   (``--variant``: the Pallas flash attention, no GELU recompute, cuDNN's layer norm) and Hugging
+   Face's PyTorch BERT in bfloat16, taking turns (`bert_jax.benchmark.peers`); the flash kernel runs
+   once in a child process first, and is left out if that fails.
 2. ``profile_before``: the default step (compiled by the first stage: cached) traced and reduced to
    a table (`bert_jax.benchmark.profile`), beside the same program's kernels at the card's roofline
    (`bert_jax.benchmark.roofline`: what the AOT tool predicts without a GPU).
@@ -74,7 +75,7 @@ QUICK = ["--size", "tiny", "--seq_len", "32", "--batch_size", "4", "--vocab_size
 # Seconds each stage is expected to take on one H100/H200 (compiles dominate); a stage starts only if
 # what is left of the budget covers it.
 # The sizes stage starts with one size's worth and measures each next size while 45 s are left.
-COST = {"variants": 160, "profile_before": 25, "numerics": 140, "sizes": 60, "attention_kernels": 70,
+COST = {"variants": 175, "profile_before": 25, "numerics": 140, "sizes": 60, "attention_kernels": 70,
         "torch_compile": 100, "combined": 60, "profile_after": 40}
 MARGIN = 0.03  # a variant counts as faster beyond this share of the default's step (turns differ by ~1-2%)
 
@@ -228,9 +229,42 @@ def compare_table(r: dict) -> str:
     return "\n".join(rows)
 
 
+# The flash kernel forward and backward once, in a child process: a kernel that crashed the process
+# would end the variants stage, and with it the default's timing and Hugging Face's.
+FLASH_PROBE = """import jax, jax.numpy as jnp
+from bert_jax.model import flash
+q, ids = jnp.ones((2, 128, 2, 64), jnp.bfloat16), jnp.ones((2, 128), jnp.int32)
+f = lambda q: flash.flash_attention(q, q, q, ids, key=jax.random.key(0), rate=0.1).astype(jnp.float32).sum()
+print("finite:", bool(jnp.isfinite(jax.grad(f)(q).astype(jnp.float32)).all()))
+"""
+
+
+def flash_runs(run: Run) -> bool:
+    """Whether the flash kernel runs on this GPU (always, off a GPU: there it is interpreted)."""
+    import jax
+
+    if jax.devices()[0].platform != "gpu":
+        return True
+    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    try:
+        p = subprocess.run([sys.executable, "-c", FLASH_PROBE], env=env, capture_output=True, text=True, timeout=180,
+                           cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        run.note("## The flash kernel's probe timed out: its variant is left out")
+        return False
+    if p.returncode or "finite: True" not in p.stdout:
+        run.note(f"## The flash kernel's probe failed (exit status {p.returncode}): its variant is left out\n\n"
+                 + "\n".join(f"    {x}" for x in (p.stdout + p.stderr).strip().splitlines()[-8:]))
+        return False
+    return True
+
+
 def variants(run: Run) -> dict:
     argv = [*shapes(run, BASE), *timing(run), "--compare", "hf-torch"]
-    for v in run.args.variant or VARIANTS:
+    chosen = run.args.variant or VARIANTS
+    if any("flash" in v for v in chosen) and not flash_runs(run):
+        chosen = [v for v in chosen if "flash" not in v]
+    for v in chosen:
         argv += ["--variant", v]
     (r,) = bench(argv)
     run.note(f"## The default step, its variants and Hugging Face's (one run, taking turns)\n\n{compare_table(r)}")
