@@ -152,6 +152,9 @@ def attention_kernels(run: Run) -> list[dict]:
     explicit path and cuDNN, each beside its roofline (tests/gpu/attention_kernels.py)."""
     from tests.gpu.attention_kernels import table
 
+    if not flash_runs(run):  # most of the stage is the flash kernel, which would take the process down
+        run.note("## Attention alone: skipped (the flash kernel's probe failed)")
+        return []
     text, rows = table(run.quick)
     run.note("## Attention alone (forward + backward; flash block/warps)\n\n" + text)
     return rows
@@ -240,9 +243,13 @@ print("finite:", bool(jnp.isfinite(jax.grad(f)(q).astype(jnp.float32)).all()))
 
 
 def flash_runs(run: Run) -> bool:
-    """Whether the flash kernel runs on this GPU (always, off a GPU: there it is interpreted)."""
+    """Whether the flash kernel runs on this GPU (always, off a GPU: there it is interpreted); probed
+    once a run."""
     import jax
 
+    if "flash_runs" in run.results:
+        return run.results["flash_runs"]
+    run.results["flash_runs"] = True
     if jax.devices()[0].platform != "gpu":
         return True
     env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
@@ -251,12 +258,13 @@ def flash_runs(run: Run) -> bool:
                            cwd=ROOT)
     except subprocess.TimeoutExpired:
         run.note("## The flash kernel's probe timed out: its variant is left out")
+        run.results["flash_runs"] = False
         return False
     if p.returncode or "finite: True" not in p.stdout:
         run.note(f"## The flash kernel's probe failed (exit status {p.returncode}): its variant is left out\n\n"
                  + "\n".join(f"    {x}" for x in (p.stdout + p.stderr).strip().splitlines()[-8:]))
-        return False
-    return True
+        run.results["flash_runs"] = False
+    return run.results["flash_runs"]
 
 
 def variants(run: Run) -> dict:
