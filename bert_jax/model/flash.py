@@ -5,7 +5,7 @@ step with BERT's attention dropout (0.1) ran attention as einsums, writing and r
 [batch, heads, T, S] scores, probabilities and mask several times a layer (docs/records.md, "The GPU
 compiler's program at its roofline"). This kernel keeps a block of scores on chip and draws the
 dropout mask inside itself from the step's key, in the forward, which keeps it for the backward as
-bits (T · S / 8 bytes per row and head: 32 times less than the probabilities in bfloat16).
+bits (T · S / 8 bytes per row and head: 16 times less than the probabilities in bfloat16).
 
     ctx = flash_attention(q, k, v, segment_ids)                      # no dropout
     ctx = flash_attention(q, k, v, segment_ids, key=key, rate=0.1)   # BERT's training step
