@@ -19,6 +19,8 @@ What "auto" means per platform lives here, one pure function of the platform's n
   applies: bfloat16/float16, a head width that is a multiple of 8 up to 128; else XLA; the GPU's
   Pallas flash attention with dropout, "flash", only when asked for);
 * ``model.dropout_impl``: `resolve_dropout` (fused Threefry on CPU, ``jax.random`` elsewhere);
+* ``model.norm_impl``: `resolve_norm` (XLA everywhere; the GPU's fused residual-dropout-LayerNorm
+  kernel, "fused", only when asked for);
 * ``model.recompute_activation``: `resolve_recompute` (on CPU and NVIDIA GPUs, not on TPUs and ROCm);
 * ``per_device_batch`` (pre-training): rows per batch shard in one micro-batch (0: the whole batch
   at once), `resolve_per_device_batch` of the rows each of ``batch_shards`` data-parallel shards
@@ -41,7 +43,7 @@ from typing import Literal
 
 import ml_collections
 
-from bert_jax.model.config import ATTENTION_IMPLS, DROPOUT_IMPLS, EXECUTION_FIELDS, BertConfig
+from bert_jax.model.config import ATTENTION_IMPLS, DROPOUT_IMPLS, EXECUTION_FIELDS, NORM_IMPLS, BertConfig
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +95,7 @@ def resolve_model(model: ml_collections.ConfigDict, platform: str) -> dict:
         scan_layers=resolve_scan(given["scan_layers"], platform, shared=shape.share_layers),
         attention_impl=resolve_attention(given["attention_impl"], platform, dtype=dtype, head_dim=shape.head_dim),
         dropout_impl=resolve_dropout(given["dropout_impl"], platform),
+        norm_impl=resolve_norm(given["norm_impl"], platform),
         recompute_activation=resolve_recompute(given["recompute_activation"], platform))
     described_model(model, **fields)  # raises on anything else the section gets wrong
     return fields
@@ -162,6 +165,20 @@ def resolve_attention(impl: str, platform: str, *, dtype: str = "bfloat16", head
         return "splash" if splash_applies(128, head_dim, dtype) else "xla"
     cudnn_ok = kind == "gpu" and dtype in CUDNN_DTYPES and head_dim % 8 == 0 and head_dim <= 128
     return "cudnn" if cudnn_ok else "xla"
+
+
+def resolve_norm(impl: str, platform: str) -> str:
+    """``"auto"`` → "xla" on every platform (the fused kernel is not measured on a GPU yet); an explicit
+    "fused" (bert_jax/model/fused_norm.py, Pallas lowered to Triton) is the kernel on an NVIDIA GPU,
+    the kernel in Pallas' interpreter on the CPU ("fused_interpret"), an error on a TPU or ROCm."""
+    if impl not in (AUTO, *NORM_IMPLS):
+        raise ValueError(f"norm_impl {impl!r}: expected one of {(AUTO, *NORM_IMPLS)}")
+    kind = platform_kind(platform)
+    if impl == "fused" and kind != "gpu":
+        if kind != "cpu":
+            raise ValueError(f"norm_impl 'fused' is the NVIDIA GPU's kernel: on {platform!r} use xla")
+        return "fused_interpret"
+    return "xla" if impl == AUTO else impl
 
 
 def resolve_dropout(impl: str, platform: str) -> Literal["jax", "fused"]:

@@ -37,6 +37,7 @@ def get_config(arg=None):
     config.model.remat_policy = "none"
     config.model.attention_impl = "auto"
     config.model.dropout_impl = "auto"
+    config.model.norm_impl = "auto"
     config.model.recompute_activation = "auto"
     config.model.hidden_dropout_prob = 0.1
     config.model.attention_dropout_prob = 0.1

@@ -48,6 +48,7 @@ def get_config(arg=None):
     m.dtype = "auto"  # float32 on CPU, bfloat16 on GPU and TPU; parameters stay float32
     m.scan_layers = "auto"  # scanned on TPU (compile time), unrolled on CPU/GPU (speed)
     m.remat_policy, m.attention_impl, m.dropout_impl = "none", "auto", "auto"
+    m.norm_impl = "auto"  # XLA; "fused": the GPU's residual-dropout-LayerNorm kernel
     m.recompute_activation = "auto"  # GELU recomputed in the backward: on CPU and GPU, not TPU (less traffic)
     m.hidden_dropout_prob = m.attention_dropout_prob = 0.1
     for name, kind in dict(embedding_size=int, share_layers=bool, position_offset=int, type_vocab_size=int,

@@ -1,6 +1,6 @@
-"""bert_jax/resolve.py: what "auto" means per platform (dtype, scan, attention, dropout, micro-batch
-rows), tested for every platform on a CPU; a job config resolved once; a saved model record read as
-saved; and `BertConfig`, which takes concrete values only."""
+"""bert_jax/resolve.py: what "auto" means per platform (dtype, scan, attention, dropout, norm,
+micro-batch rows), tested for every platform on a CPU; a job config resolved once; a saved model
+record read as saved; and `BertConfig`, which takes concrete values only."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from bert_jax.resolve import (
     resolve_attention,
     resolve_dropout,
     resolve_dtype,
+    resolve_norm,
     resolve_per_device_batch,
     resolve_recompute,
     resolve_scan,
@@ -95,6 +96,19 @@ def test_auto_dropout_per_platform():
         resolve_dropout("bernoulli", "cpu")
 
 
+def test_norm_per_platform():
+    """"auto" is XLA's norm everywhere; an explicit "fused" (the GPU's residual-dropout-LayerNorm
+    kernel) is the kernel on an NVIDIA GPU, interpreted on the CPU, an error on a TPU or ROCm."""
+    assert [resolve_norm("auto", p) for p in ("cpu", "gpu", "cuda", "rocm", "tpu")] == ["xla"] * 5
+    assert resolve_norm("fused", "cuda") == "fused" and resolve_norm("fused", "cpu") == "fused_interpret"
+    assert resolve_norm("xla", "gpu") == "xla"
+    for platform in ("tpu", "rocm"):
+        with pytest.raises(ValueError, match=f"norm_impl 'fused' is the NVIDIA GPU's kernel: on '{platform}' use xla"):
+            resolve_norm("fused", platform)
+    with pytest.raises(ValueError, match="norm_impl 'apex'"):
+        resolve_norm("apex", "gpu")
+
+
 def test_auto_scan_per_platform():
     assert resolve_scan("auto", "cpu") is False
     assert [resolve_scan("auto", p) for p in ("gpu", "cuda", "rocm", "tpu")] == [False, False, True, True]
@@ -146,6 +160,7 @@ def test_a_job_config_resolves_once(load_config):
     assert (tpu.model.dtype, tpu.model.scan_layers, tpu.model.dropout_impl, tpu.per_device_batch) == \
         ("bfloat16", "true", "jax", 0)
     assert resolve(c, "gpu").model.attention_impl == "cudnn"  # bfloat16, head width 64
+    assert [resolve(c, p, batch_shards=1).model.norm_impl for p in ("cpu", "gpu", "tpu")] == ["xla"] * 3
     # GELU recomputed in the backward: on the CPU and NVIDIA GPUs, not on TPUs
     assert [resolve(c, p, batch_shards=1).model.recompute_activation for p in ("cpu", "gpu", "tpu")] == \
         ["true", "true", "false"]

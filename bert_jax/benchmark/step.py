@@ -81,7 +81,8 @@ class Bench:
         self.recipe_positions = m.max_position_embeddings
         dropout = m.attention_dropout_prob if a.attention_dropout is None else a.attention_dropout
         m.update(vocab_size=a.vocab_size, dtype=a.dtype, scan_layers=str(a.scan).lower(), remat_policy=a.remat,
-                 attention_impl=a.attention_impl, dropout_impl=a.dropout_impl, attention_dropout_prob=dropout,
+                 attention_impl=a.attention_impl, dropout_impl=a.dropout_impl, norm_impl=a.norm_impl,
+                 attention_dropout_prob=dropout,
                  recompute_activation=a.recompute_activation,
                  max_position_embeddings=max(m.max_position_embeddings, a.seq_len + (m.position_offset or 0)))
         config.update(per_device_batch=a.per_device_batch, unpad_multiple=a.unpad_multiple)
@@ -172,7 +173,8 @@ class Bench:
                 "params": param_counts(a.model, a.size, steps.layout.abstract.params, cfg.embed_dim, cfg.vocab_size,
                                        cfg.max_position_embeddings, self.recipe_positions),
                 "dtype": a.dtype, "remat": a.remat, "scan": cfg.scanned, "rng_impl": a.rng_impl,
-                "dropout_impl": cfg.dropout_impl, "recompute_activation": cfg.recompute_activation,
+                "dropout_impl": cfg.dropout_impl, "norm_impl": cfg.norm_impl,
+                "recompute_activation": cfg.recompute_activation,
                 "attention_path": path, "unpad_multiple": a.unpad_multiple,
                 "per_device_batch": a.per_device_batch, "accumulation_steps": steps.accumulation_steps,
                 "mesh": dict(self.mesh.shape), "devices": self.mesh.devices.size, "device_kind": dev.device_kind,
@@ -309,6 +311,11 @@ SHAPE_FLAGS = ("--model", "--size", "--seq_len", "--batch_size", "--max_predicti
                "--short_seq_prob")  # the same for every variant: the work and the data
 
 
+# The model's execution choices a flag sets (bert_jax/resolve.py says what "auto" means on each platform).
+IMPLS = {"attention_impl": ("xla", "cudnn", "explicit", "flash"), "dropout_impl": ("jax", "fused"),
+         "norm_impl": ("xla", "fused")}
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = cli.ArgumentParser(prog="python -m bert_jax.benchmark", description=__doc__.split("\n\n")[1],
                            formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -326,9 +333,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     add("--remat", default="none", help="none | full | a jax.checkpoint_policies name")
     add("--scan", action="store_const", const=True, default="auto", help="scanned layers (default: the trainer's)")
     add("--noscan", dest="scan", action="store_const", const=False, help="unrolled layers")
-    add("--attention_impl", default="auto", choices=("auto", "xla", "cudnn", "explicit", "flash"))
     add("--attention_dropout", type=float, default=None, help="default: the recipe's")
-    add("--dropout_impl", default="auto", choices=("auto", "jax", "fused"), help="model.dropout_impl")
+    for name, choices in IMPLS.items():
+        add(f"--{name}", default="auto", choices=("auto", *choices), help=f"model.{name}")
     add("--recompute_activation", default="auto", choices=("auto", "true", "false"), help="model.recompute_activation")
     add("--rng_impl", default="threefry2x32", choices=("threefry2x32", "philox4x32", "rbg", "unsafe_rbg"))
     add("--per_device_batch", default="auto", metavar="auto|N", help="config.per_device_batch (0: no micro-batches)")

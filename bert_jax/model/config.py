@@ -23,7 +23,8 @@ INIT_METHODS = ("bert", "megatron")
 # *_interpret: a Pallas kernel in Pallas' interpreter (any backend: how the CPU tests check it).
 ATTENTION_IMPLS = ("xla", "cudnn", "explicit", "splash", "splash_interpret", "flash", "flash_interpret")
 DROPOUT_IMPLS = ("jax", "fused")
-EXECUTION_FIELDS = ("dtype", "scan_layers", "attention_impl", "dropout_impl", "recompute_activation")
+NORM_IMPLS = ("xla", "fused", "fused_interpret")
+EXECUTION_FIELDS = ("dtype", "scan_layers", "attention_impl", "dropout_impl", "norm_impl", "recompute_activation")
 
 # name: (num_layers, hidden_size, num_heads). intermediate = 4 * hidden (the paper's choice).
 SIZES: dict[str, tuple[int, int, int]] = {
@@ -149,7 +150,7 @@ class BertConfig:
     # left [CLS] nearly constant (docs/records.md, "Mean pooling and lr 5e-4 for the demo's BERT").
     classifier_pooling: Literal["cls", "mean"] = "cls"
     # Concrete values only (`__post_init__` refuses anything else): what a job config's auto values
-    # of the four execution fields below mean on a platform is bert_jax/resolve.py's choice, made once
+    # of the execution fields below mean on a platform is bert_jax/resolve.py's choice, made once
     # when the job starts, never the model's.
     # Compute dtype (float32, bfloat16, ...).
     dtype: str = "float32"
@@ -170,6 +171,10 @@ class BertConfig:
     # How dropout draws its mask: "jax" (jax.random.bernoulli), "fused" (Threefry unrolled into the
     # dropout's fusion: bert_jax/model/dropout.py).
     dropout_impl: Literal["jax", "fused"] = "jax"
+    # A post-norm block's LN(x + dropout(a)): XLA's ops ("xla"), or one GPU kernel ("fused": Pallas,
+    # lowered to Triton, the mask drawn inside it; bert_jax/model/fused_norm.py; "fused_interpret":
+    # that kernel in Pallas' interpreter). A width the kernel does not take runs on XLA.
+    norm_impl: Literal["xla", "fused", "fused_interpret"] = "xla"
     # The dense feed-forward's activation recomputed in the backward from its input (jax.checkpoint):
     # the same numbers, less memory; less HBM traffic on a GPU, more on a TPU (docs/records.md,
     # "GELU recomputed in the backward").
@@ -184,12 +189,14 @@ class BertConfig:
         execution = {"dtype": _is_dtype(self.dtype), "scan_layers": isinstance(self.scan_layers, bool),
                      "attention_impl": self.attention_impl in ATTENTION_IMPLS,
                      "dropout_impl": self.dropout_impl in DROPOUT_IMPLS,
+                     "norm_impl": self.norm_impl in NORM_IMPLS,
                      "recompute_activation": isinstance(self.recompute_activation, bool)}
         if bad := [k for k, ok in execution.items() if not ok]:
             raise ValueError(
                 f"BertConfig field(s) {bad} = {[getattr(self, k) for k in bad]}: a model takes concrete values "
                 f"(dtype: a dtype name such as float32 or bfloat16; scan_layers: True or False; attention_impl: "
-                f"{' | '.join(ATTENTION_IMPLS)}; dropout_impl: {' | '.join(DROPOUT_IMPLS)}; recompute_activation: "
+                f"{' | '.join(ATTENTION_IMPLS)}; dropout_impl: {' | '.join(DROPOUT_IMPLS)}; norm_impl: "
+                f"{' | '.join(NORM_IMPLS)}; recompute_activation: "
                 "True or False); a job config's 'auto' "
                 "is resolved for its platform first (bert_jax.resolve.resolve)")
         checks = {

@@ -45,6 +45,19 @@ def threefry2x32(k0, k1, x0, x1):
     return x0, x1
 
 
+def bits16(k0, k1, x0, x1) -> jax.Array:
+    """16 random bits for each of 4 neighbours per counter: `threefry2x32` of key (k0, k1) at counters
+    (x0 [..., Q], x1 broadcasting), its two words split in four, neighbour 4 q + 2 · half + word.
+    Returns [..., 4 Q] uint32 below 2¹⁶ (the Pallas kernels' dropout: one call per 4 elements)."""
+    w0, w1 = threefry2x32(k0, k1, x0, x1)  # [..., Q] each
+    shape = w0.shape[:-1] + (2 * w0.shape[-1],)
+
+    def halves(w):  # [..., 2 Q]: (low, high) 16 bits side by side
+        return jnp.stack([w & np.uint32(0xFFFF), w >> np.uint32(16)], axis=-1).reshape(shape)
+
+    return jnp.stack([halves(w0), halves(w1)], axis=-1).reshape(shape[:-1] + (2 * shape[-1],))
+
+
 def key_words(key: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Two uint32 words of a typed PRNG key (threefry: its 2 words; rbg's 4 folded into 2)."""
     data = jax.random.key_data(key).reshape(-1)  # [words] uint32

@@ -19,7 +19,7 @@ bits (T · S / 8 bytes per row and head: 16 times less than the probabilities in
   (ModernBERT's local layers), and the kernel skips the key blocks outside the band.
 * Dropout: probability (b, n, t, s) is kept, and scaled by 1 / (1 - rate), when 16 random bits are at
   least round(rate · 2¹⁶): a keep probability within 2⁻¹⁷ of 1 - rate (0.1: 0.900009). The bits come
-  from Threefry-2x32 (the model's fused dropout's, `dropout.threefry2x32`) keyed by ``key``, one call
+  from Threefry-2x32 (the model's fused dropout's, `dropout.bits16`) keyed by ``key``, one call
   for 4 neighbouring keys (64 bits), counter ((n · T + t) · S / 4 + s / 4, b): global row and head
   numbers, so the mask does not depend on how the batch or the heads are split over devices.
   The backward reads the forward's bits (`pack`, `unpack`) instead of drawing them twice more: the
@@ -44,7 +44,7 @@ import numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from bert_jax.model.dropout import key_words, threefry2x32
+from bert_jax.model.dropout import bits16, key_words
 
 BLOCK = 64  # query and key tokens per program and loop step (forward and backward): the default tiling
 HEAD_DIMS = (16, 32, 64, 128)  # powers of two: Triton's blocks
@@ -94,18 +94,12 @@ def unpack(words: jax.Array) -> jax.Array:
 
 
 def random16(k0, k1, b, n, t, quad, length: int):
-    """16 random bits per (query, key): Threefry-2x32 of key (k0, k1) at counter ((n · length + t) ·
-    length / 4 + quad, b), its two words split in four, key 4 · quad + 2 · half + word.
-    b, n: uint32 scalars or arrays broadcasting with t [..., R, 1] (query positions) and quad
-    [..., 1, Q] (key positions / 4), all uint32. Returns [..., R, 4 Q] uint32 below 2¹⁶."""
+    """16 random bits per (query, key): `dropout.bits16` of key (k0, k1) at counter ((n · length + t) ·
+    length / 4 + quad, b), key 4 · quad + 2 · half + word. b, n: uint32 scalars or arrays broadcasting
+    with t [..., R, 1] (query positions) and quad [..., 1, Q] (key positions / 4), all uint32.
+    Returns [..., R, 4 Q] uint32 below 2¹⁶."""
     counter = (n * np.uint32(length) + t) * np.uint32(length // 4) + quad  # [..., R, Q]
-    x0, x1 = threefry2x32(k0, k1, counter, b)
-    shape = x0.shape[:-1] + (2 * x0.shape[-1],)
-
-    def halves(w):  # [..., R, 2 Q]: (low, high) 16 bits side by side
-        return jnp.stack([w & np.uint32(0xFFFF), w >> np.uint32(16)], axis=-1).reshape(shape)
-
-    return jnp.stack([halves(x0), halves(x1)], axis=-1).reshape(shape[:-1] + (2 * shape[-1],))
+    return bits16(k0, k1, counter, b)
 
 
 def dropout_keep(key: jax.Array, rate: float, shape: tuple[int, int, int, int]) -> jax.Array:

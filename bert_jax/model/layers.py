@@ -24,6 +24,7 @@ from bert_jax.model.activation_sharding import constrain, per_shard
 from bert_jax.model.config import ATTENTION_IMPLS, BertConfig, LayerSpec
 from bert_jax.model.dropout import Dropout
 from bert_jax.model.flash import flash_applies, flash_attention
+from bert_jax.model.fused_norm import add_dropout_norm, norm_applies
 from bert_jax.model.splash import segment_ids_from_mask, splash_applies, splash_attention
 from bert_jax.model.token_layout import PADDED, TokenLayout
 
@@ -147,6 +148,22 @@ def flash_layer(q, k, v, segment_ids, spec: LayerSpec | None, window: int, key, 
                          (axes.ACT_HEADS,))(q, k, v, segment_ids, rows, heads)
 
     return by_window(run, spec, window)  # [batch, length, heads, kv]
+
+
+def fused_norm_layer(norm: nnx.LayerNorm, x, a, key, rate: float, interpret: bool) -> jax.Array:
+    """``norm``(x + dropout(a)) as the GPU's one kernel (`fused_norm.add_dropout_norm`), dropout
+    ``rate`` drawn from ``key`` inside it (None: none). Each device runs its own tokens, numbered
+    globally so the dropout mask does not depend on the split. x, a: [*tokens, embed]."""
+    tokens = jnp.arange(math.prod(x.shape[:2]), dtype=jnp.int32).reshape(x.shape[:2])  # [*tokens]
+    scale = norm.scale.value  # [embed]
+    bias = jnp.zeros_like(scale) if norm.bias is None else norm.bias.value  # [embed]
+
+    def kernel(x, a, scale, bias, tokens):
+        return add_dropout_norm(x, a, scale, bias, eps=norm.epsilon, key=key, rate=rate, tokens=tokens,
+                                interpret=interpret)
+
+    rows = (axes.ACT_BATCH, axes.ACT_LENGTH, None)  # whole rows in every shard: the norm is over the width
+    return per_shard(kernel, rows, rows, (None,), (None,), rows[:2])(x, a.astype(x.dtype), scale, bias, tokens)
 
 
 def cudnn_layer(q, k, v, mask, spec: LayerSpec | None, window: int) -> jax.Array:
@@ -384,6 +401,17 @@ class TransformerBlock(nnx.Module):
         else:
             self.output_norm = layer_norm(cfg, rngs=rngs)
         self.dropout = Dropout(cfg.hidden_dropout_prob, cfg.dropout_impl)
+        self.norm_impl = cfg.norm_impl if norm_applies(cfg.hidden_size, cfg.compute_dtype) else "xla"
+
+    def add_norm(self, norm: nnx.LayerNorm, x, a, deterministic: bool, rngs):
+        """norm(x + dropout(a)) [*tokens, embed] (post-norm): XLA's ops, or one GPU kernel (``cfg.norm_impl``)."""
+        if self.norm_impl == "xla":
+            return norm(x + self.dropout(a, deterministic=deterministic, rngs=rngs))
+        rate = 0.0 if deterministic else self.dropout.rate
+        if rate and rngs is None:
+            raise ValueError("dropout in training mode needs rngs=nnx.Rngs(dropout=key)")
+        key = rngs.dropout() if rate else None
+        return fused_norm_layer(norm, x, a, key, rate, interpret=self.norm_impl == "fused_interpret")
 
     def __call__(self, x, mask, layout: TokenLayout = PADDED, *, spec: LayerSpec | None = None, positions=None,
                  deterministic=True, rngs=None, return_probs=False):
@@ -397,7 +425,7 @@ class TransformerBlock(nnx.Module):
             f = self.ffn(self.ffn_norm(h))  # [*tokens, embed]
             return h + self.dropout(f, deterministic=deterministic, rngs=rngs), probs
         a, probs = self.attention(x, mask, layout, **attend)
-        h = self.attention_norm(x + self.dropout(a, deterministic=deterministic, rngs=rngs))
+        h = self.add_norm(self.attention_norm, x, a, deterministic, rngs)  # [*tokens, embed]
         f = self.ffn(h)  # [*tokens, embed]
-        out = self.output_norm(h + self.dropout(f, deterministic=deterministic, rngs=rngs))
+        out = self.add_norm(self.output_norm, h, f, deterministic, rngs)  # [*tokens, embed]
         return out, probs  # [*tokens, embed], [batch, heads, T, S] | None

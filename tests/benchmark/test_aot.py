@@ -102,10 +102,12 @@ def test_the_gpu_estimate_is_its_kernels_least_time(monkeypatch):
 @pytest.mark.parametrize("impl", ["auto", "flash"])
 def test_the_step_compiles_for_one_h100_without_one(impl):
     """XLA's GPU compiler, with no GPU: tiny BERT's training step for an H100, its memory and table;
-    with the Pallas flash attention, Triton compiles its kernels too."""
+    with the Pallas flash attention and the fused residual-dropout-LayerNorm, Triton compiles their kernels too."""
+    norm = "fused" if impl == "flash" else "auto"
     out = subprocess.run([sys.executable, "-m", "bert_jax.benchmark.aot", "estimate", "--config",
                           "configs/pretrain.py:synthetic,size=tiny", "--topology", "h100", "--config.batch_size=8",
-                          f"--config.model.attention_impl={impl}"], capture_output=True, text=True, timeout=600)
+                          f"--config.model.attention_impl={impl}", f"--config.model.norm_impl={norm}"],
+                         capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "1 x NVIDIA H100 80GB HBM3" in out.stdout and "fits" in out.stdout and "MFU" in out.stdout
     assert "| matrix products |" in out.stdout and "| the step |" in out.stdout

@@ -62,25 +62,31 @@ def test_quick_attention_kernels_time_every_tiling(tmp_path):
     assert all(r["ms"] > 0 and r["least_ms"] is None for r in rows)
 
 
-def test_a_flash_kernel_that_fails_its_probe_leaves_its_variant_out(tmp_path, monkeypatch):
-    """On a GPU the flash kernel first runs in a child process; if that fails (here: the child exits 3),
-    the variants stage times the others instead of dying with the kernel."""
+@pytest.mark.parametrize("probe,failed", [("import sys; print('crashed'); sys.exit(3)", {"flash", "norm"}),
+                                          ("print('flash finite: True'); import os; os.abort()", {"norm"})],
+                         ids=["both", "the second"])
+def test_a_kernel_that_fails_its_probe_leaves_its_variants_out(tmp_path, monkeypatch, probe, failed):
+    """On a GPU the Pallas kernels first run in a child process; a kernel that fails there (the child
+    exits 3 before either has run; or crashes after the flash kernel has) leaves out the variants that
+    ask for it, and the variants stage times the others instead of dying with the kernel."""
     import types
 
     import jax
 
     run = gpu_run.Run(tmp_path / "gpu", 100, quick=True, args=types.SimpleNamespace(variant=[]))
     monkeypatch.setattr(jax, "devices", lambda *a: [types.SimpleNamespace(platform="gpu")])
-    monkeypatch.setattr(gpu_run, "FLASH_PROBE", "import sys; print('crashed'); sys.exit(3)")
-    assert not gpu_run.flash_runs(run)
-    assert "probe failed (exit status 3)" in (tmp_path / "gpu" / "summary.md").read_text()
+    monkeypatch.setattr(gpu_run, "KERNEL_PROBE", probe)
+    assert gpu_run.kernels_run(run) == {"flash", "norm"} - failed
+    assert f"{sorted(failed)} failed" in (tmp_path / "gpu" / "summary.md").read_text()
     seen = []
     monkeypatch.setattr(gpu_run, "bench", lambda argv: seen.append(argv) or [{"implementations": [
         {"name": "ours", "step_time_median_s": 0.1, "tokens_per_s": 1.0, "mfu": None, "ours_over_theirs": 1.0}]}])
     gpu_run.variants(run)
     (argv,) = seen
     chosen = [argv[i + 1] for i, a in enumerate(argv) if a == "--variant"]
-    assert chosen == [v for v in gpu_run.VARIANTS if "flash" not in v] and len(chosen) == len(gpu_run.VARIANTS) - 1
+    flags = [gpu_run.KERNELS[k] for k in failed]
+    assert chosen == [v for v in gpu_run.VARIANTS if not any(f in v for f in flags)]
+    assert len(chosen) == len(gpu_run.VARIANTS) - (2 if "flash" in failed else 1)
 
 
 def test_a_failing_stage_is_logged_and_the_run_goes_on(tmp_path, monkeypatch):

@@ -51,15 +51,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout's root: bert_jax, input_pipeline, tests/gpu
 
-# The variants timed beside the default step: each a change a GPU default could make, or undo (the
-# GELU recompute, chosen from the compiler's program without a GPU: docs/records.md "GELU recomputed in
-# the backward"; the Pallas flash attention with dropout inside, "Flash attention with dropout for GPUs";
-# cuDNN's layer norm, "cuDNN's layer norm").
+# The variants timed beside the default step: each a change a GPU default could make (docs/records.md:
+# the Pallas flash attention with dropout inside, "Flash attention with dropout for GPUs"; with it, the
+# fused residual-dropout-LayerNorm kernel, "Residual, dropout and LayerNorm in one kernel"; cuDNN's
+# layer norm, "cuDNN's layer norm").
 # Not again: --dropout_impl fused (4% slower), --xla_option xla_gpu_enable_triton_gemm=false (nothing on top
 # of unrolled layers), --rng_impl unsafe_rbg (1%, within the noise), --scan (9% slower: why the default
 # is unrolled), --attention_dropout 0 (10% faster, but a change of the recipe), docs/records.md "The GPU's
-# defaults"; each unrolled variant compiles for ~35 s.
-VARIANTS = ("--attention_impl flash", "--recompute_activation false",
+# defaults"; each unrolled variant compiles for ~35 s. Not yet, for time: --recompute_activation false
+# (the default chosen from the compiler's program: "GELU recomputed in the backward").
+VARIANTS = ("--attention_impl flash", "--attention_impl flash --norm_impl fused",
             "--xla_option xla_gpu_enable_cudnn_layer_norm=true")
 # Variants that change what is computed (the recipe), not how: timed for the record, never combined.
 RECIPE_CHANGES = ("--attention_dropout",)
@@ -75,7 +76,7 @@ QUICK = ["--size", "tiny", "--seq_len", "32", "--batch_size", "4", "--vocab_size
 # Seconds each stage is expected to take on one H100/H200 (compiles dominate); a stage starts only if
 # what is left of the budget covers it.
 # The sizes stage starts with one size's worth and measures each next size while 45 s are left.
-COST = {"variants": 175, "profile_before": 25, "numerics": 140, "sizes": 60, "attention_kernels": 70,
+COST = {"variants": 175, "profile_before": 25, "numerics": 155, "sizes": 60, "attention_kernels": 70,
         "torch_compile": 100, "combined": 60, "profile_after": 40}
 MARGIN = 0.03  # a variant counts as faster beyond this share of the default's step (turns differ by ~1-2%)
 
@@ -232,46 +233,56 @@ def compare_table(r: dict) -> str:
     return "\n".join(rows)
 
 
-# The flash kernel forward and backward once, in a child process: a kernel that crashed the process
-# would end the variants stage, and with it the default's timing and Hugging Face's.
-FLASH_PROBE = """import jax, jax.numpy as jnp
-from bert_jax.model import flash
+# The Pallas kernels forward and backward once, in a child process: a kernel that crashed the process
+# would end the variants stage, and with it the default's timing and Hugging Face's. Each prints its
+# line when it has run, so a crash in the second leaves the first's line.
+KERNEL_PROBE = """import jax, jax.numpy as jnp
+from bert_jax.model import flash, fused_norm
 q, ids = jnp.ones((2, 128, 2, 64), jnp.bfloat16), jnp.ones((2, 128), jnp.int32)
 f = lambda q: flash.flash_attention(q, q, q, ids, key=jax.random.key(0), rate=0.1).astype(jnp.float32).sum()
-print("finite:", bool(jnp.isfinite(jax.grad(f)(q).astype(jnp.float32)).all()))
+print("flash finite:", bool(jnp.isfinite(jax.grad(f)(q).astype(jnp.float32)).all()), flush=True)
+x, s = jnp.ones((2, 128, 768), jnp.bfloat16), jnp.ones((768,))
+g = lambda x: fused_norm.add_dropout_norm(x, x, s, s, eps=1e-12, key=jax.random.key(0), rate=0.1).sum(dtype=jnp.float32)
+print("norm finite:", bool(jnp.isfinite(jax.grad(g)(x).astype(jnp.float32)).all()), flush=True)
 """
+KERNELS = {"flash": "--attention_impl flash", "norm": "--norm_impl fused"}  # a probed kernel: the flag that asks for it
+
+
+def kernels_run(run: Run) -> set[str]:
+    """Which Pallas kernels (`KERNELS`) run on this GPU (all of them off a GPU: there they are
+    interpreted); probed once a run."""
+    import jax
+
+    if "kernels_run" in run.results:
+        return run.results["kernels_run"]
+    if jax.devices()[0].platform != "gpu":
+        run.results["kernels_run"] = set(KERNELS)
+        return run.results["kernels_run"]
+    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    try:
+        p = subprocess.run([sys.executable, "-c", KERNEL_PROBE], env=env, capture_output=True, text=True, timeout=180,
+                           cwd=ROOT)
+        out, status = p.stdout + p.stderr, p.returncode
+    except subprocess.TimeoutExpired as e:
+        out, status = f"{e.stdout or ''}timed out", "timeout"
+    ok = {name for name in KERNELS if f"{name} finite: True" in out}
+    if ok != set(KERNELS):
+        run.note(f"## The Pallas kernels' probe (exit status {status}): {sorted(set(KERNELS) - ok)} failed, their "
+                 "variants are left out\n\n" + "\n".join(f"    {x}" for x in out.strip().splitlines()[-8:]))
+    run.results["kernels_run"] = ok
+    return ok
 
 
 def flash_runs(run: Run) -> bool:
-    """Whether the flash kernel runs on this GPU (always, off a GPU: there it is interpreted); probed
-    once a run."""
-    import jax
-
-    if "flash_runs" in run.results:
-        return run.results["flash_runs"]
-    run.results["flash_runs"] = True
-    if jax.devices()[0].platform != "gpu":
-        return True
-    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
-    try:
-        p = subprocess.run([sys.executable, "-c", FLASH_PROBE], env=env, capture_output=True, text=True, timeout=180,
-                           cwd=ROOT)
-    except subprocess.TimeoutExpired:
-        run.note("## The flash kernel's probe timed out: its variant is left out")
-        run.results["flash_runs"] = False
-        return False
-    if p.returncode or "finite: True" not in p.stdout:
-        run.note(f"## The flash kernel's probe failed (exit status {p.returncode}): its variant is left out\n\n"
-                 + "\n".join(f"    {x}" for x in (p.stdout + p.stderr).strip().splitlines()[-8:]))
-        run.results["flash_runs"] = False
-    return run.results["flash_runs"]
+    return "flash" in kernels_run(run)
 
 
 def variants(run: Run) -> dict:
     argv = [*shapes(run, BASE), *timing(run), "--compare", "hf-torch"]
     chosen = run.args.variant or VARIANTS
-    if any("flash" in v for v in chosen) and not flash_runs(run):
-        chosen = [v for v in chosen if "flash" not in v]
+    if any(flag in v for v in chosen for flag in KERNELS.values()):
+        ok = kernels_run(run)
+        chosen = [v for v in chosen if not any(KERNELS[k] in v for k in set(KERNELS) - ok)]
     for v in chosen:
         argv += ["--variant", v]
     (r,) = bench(argv)

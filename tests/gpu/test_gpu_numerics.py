@@ -8,7 +8,8 @@ tests/model/test_cudnn_path.py, with cuDNN's call routed to XLA.
   the same with the Pallas flash attention (interpreted on the CPU: the same dropout masks).
 * cuDNN's attention and the Pallas flash kernel against XLA's on the GPU, through the encoder and its
   gradients: BERT on padded rows, ModernBERT on padded rows longer than its local window; scanned and
-  unrolled. The flash kernel against its XLA reference with dropout (the same mask), float32 and bfloat16.
+  unrolled. The flash kernel against its XLA reference with dropout (the same mask), float32 and bfloat16;
+  the fused residual-dropout-LayerNorm kernel likewise, and the step with both kernels.
 * The GPU's step run twice gives the same numbers.
 """
 
@@ -72,21 +73,24 @@ def test_gpu_step_matches_the_cpu_float32_step(family, fields, record_property):
     assert err <= GRAD_TOLERANCE, (err, worst_leaves(grads_gpu, grads_ref))
 
 
-@pytest.mark.parametrize("family", ["bert", "modernbert"])
-def test_gpu_flash_step_matches_the_cpu_float32_step(family, record_property):
-    """The step with the Pallas flash attention (bfloat16, Triton) against the CPU's float32 step with
-    the same kernel in Pallas' interpreter: the same dropout masks (drawn inside the kernel from the
-    same keys), so only the arithmetic differs, within the tolerances of the cuDNN step's test."""
-    gpu_cfg = resolved(family, "gpu", attention_impl="flash")
-    ref = reference(family, gpu_cfg, attention_impl="flash_interpret")
+@pytest.mark.parametrize("family,norm", [("bert", "xla"), ("modernbert", "xla"), ("bert", "fused")],
+                         ids=["bert", "modernbert", "bert-fused-norm"])
+def test_gpu_flash_step_matches_the_cpu_float32_step(family, norm, record_property):
+    """The step with the Pallas flash attention (and the fused residual-dropout-LayerNorm kernel:
+    ``norm`` "fused"), bfloat16, Triton, against the CPU's float32 step with the same kernels in
+    Pallas' interpreter: the same dropout masks (drawn inside the kernels from the same keys), so only
+    the arithmetic differs, within the tolerances of the cuDNN step's test."""
+    gpu_cfg = resolved(family, "gpu", attention_impl="flash", norm_impl=norm)
+    ref = reference(family, gpu_cfg, attention_impl="flash_interpret",
+                    norm_impl="fused_interpret" if norm == "fused" else norm)
     task, data = objective(family), batch()
     params = initial_params(ref, task)
     loss_ref, grads_ref = loss_and_grads(ref, task, params, data, jax.devices("cpu")[0])
     loss_gpu, grads_gpu = loss_and_grads(gpu_cfg, task, params, data, gpus()[0])
     err = relative_error(grads_gpu, grads_ref)
     record_property("loss", [loss_gpu, loss_ref])
-    print(f"{family} flash: loss {loss_gpu:.5f} (GPU) vs {loss_ref:.5f} (CPU float32, interpreted); gradients "
-          f"{err:.4f} relative; worst {worst_leaves(grads_gpu, grads_ref)}")
+    print(f"{family} flash, {norm} norm: loss {loss_gpu:.5f} (GPU) vs {loss_ref:.5f} (CPU float32, interpreted); "
+          f"gradients {err:.4f} relative; worst {worst_leaves(grads_gpu, grads_ref)}")
     assert abs(loss_gpu - loss_ref) <= LOSS_TOLERANCE * loss_ref, (loss_gpu, loss_ref)
     assert err <= GRAD_TOLERANCE, (err, worst_leaves(grads_gpu, grads_ref))
 
@@ -190,4 +194,42 @@ def test_the_flash_kernel_matches_its_reference_on_the_gpu(dtype, rate, window, 
             relative(g, h, True) for g, h in zip(xla_grads, exact_grads, strict=True)]]
     print(f"flash {tiling} {dtype} rate={rate} window={window}: output, dq, dk, dv {[f'{e:.4f}' for e in errors]} "
           f"(bounds {[f'{b:.4f}' for b in bounds]})")
+    assert all(e <= b for e, b in zip(errors, bounds, strict=True)), (errors, bounds)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_fused_norm_kernel_matches_its_reference_on_the_gpu(dtype):
+    """The residual-dropout-LayerNorm kernel compiled by Triton against its computation in XLA
+    (`reference_add_norm`: the same mask) in float32 on the GPU, at BERT-base's width, forward and
+    gradients (x, a, scale, bias): float32 within 1e-4, bfloat16 within 3x XLA's own bfloat16 error + 2%."""
+    from bert_jax.model import fused_norm
+
+    gpu = gpus()[0]
+    keys = jax.random.split(jax.random.key(0), 5)
+    x, a, dy = (jax.device_put(jax.random.normal(k, (8, 128, 768)), gpu) for k in keys[:3])  # [batch, T, embed]
+    scale = jax.device_put(1.0 + 0.1 * jax.random.normal(keys[3], (768,)), gpu)
+    bias = jax.device_put(0.1 * jax.random.normal(keys[4], (768,)), gpu)
+    key = jax.random.key(7)
+
+    def run(fn, dt):
+        def f(x, a, scale, bias):
+            return fn(x.astype(dt), a.astype(dt), scale, bias, eps=1e-12, key=key, rate=0.1)
+
+        @jax.jit
+        def forward_and_grads(*args):  # y, dx, da, dscale, dbias
+            y, vjp = jax.vjp(f, *args)
+            return (y, *vjp(dy.astype(dt)))
+
+        return [np.asarray(t, np.float32) for t in forward_and_grads(x, a, scale, bias)]
+
+    exact = run(fused_norm.reference_add_norm, jnp.float32)
+    got = run(fused_norm.add_dropout_norm, jnp.dtype(dtype))
+    errors = [relative(g, e, True) for g, e in zip(got, exact, strict=True)]
+    if dtype == "float32":
+        bounds = [1e-4] * 5
+    else:
+        xla = run(fused_norm.reference_add_norm, jnp.bfloat16)
+        bounds = [BF16_FACTOR * relative(g, e, True) + PATH_TOLERANCE for g, e in zip(xla, exact, strict=True)]
+    print(f"fused norm {dtype}: y, dx, da, dscale, dbias {[f'{e:.5f}' for e in errors]} "
+          f"(bounds {[f'{b:.5f}' for b in bounds]})")
     assert all(e <= b for e, b in zip(errors, bounds, strict=True)), (errors, bounds)

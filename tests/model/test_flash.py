@@ -16,6 +16,7 @@ from flax import nnx
 from bert_jax.model import flash
 from bert_jax.model.config import BertConfig
 from bert_jax.model.encoder import BertEncoder, packed_mask
+from tests.fixtures.dropout_on_mesh import encoder_outputs
 
 
 def qkv(batch=2, length=128, heads=2, head_dim=32, dtype=jnp.float32, seed=0):
@@ -201,31 +202,13 @@ def test_the_encoder_draws_attention_dropout_inside_the_kernel_on_a_mesh(scan):
     """In training mode the encoder under "flash" keeps its attention dropout (the output moves off the
     deterministic one), repeats with the same keys, and on a mesh of 8 devices (data 4 x tensor 2, the
     kernel per shard) gives the one device's numbers: the mask does not depend on the split."""
-    from bert_jax.model.activation_sharding import rules_in_effect
-    from bert_jax.training.sharding import make_mesh
-    from bert_jax.training.sharding_rules import DEFAULT_RULES
-
     cfg = BertConfig.from_size("tiny", vocab_size=97, num_layers=2, hidden_dropout_prob=0.0,
                                attention_dropout_prob=0.1, attention_impl="flash_interpret", scan_layers=scan)
     ids = jnp.asarray(np.random.default_rng(1).integers(5, 97, (4, 128)), jnp.int32)  # [batch, length]
     mask = jnp.ones((4, 128), jnp.int32).at[2, 70:].set(0)  # [batch, length]
-    graphdef, params = encoder(cfg)
-
-    def f(p, deterministic=False, mesh=None):
-        model = nnx.merge(graphdef, p)
-        run = lambda: model(ids, mask, jnp.zeros_like(ids), deterministic=deterministic,  # noqa: E731
-                            rngs=nnx.Rngs(dropout=jax.random.key(4))).sequence_output
-        if mesh is None:
-            return run()
-        with rules_in_effect(mesh, DEFAULT_RULES):
-            return run()
-
-    mesh = make_mesh((4, 1, 2))
-    one, twice = np.asarray(f(params)), np.asarray(f(params))
-    sharded = np.asarray(jax.jit(lambda p: f(p, mesh=mesh))(params))
-    assert "shard_map" in str(jax.make_jaxpr(lambda p: f(p, mesh=mesh))(params))  # the kernel ran per shard
+    out = encoder_outputs(cfg, ids, mask)
     real = np.asarray(mask, bool)
-    assert np.array_equal(one, twice)
-    assert np.abs(one - sharded)[real].max() <= 1e-5 * np.abs(one).max()
-    assert not np.allclose(one[real], np.asarray(f(params, deterministic=True))[real], atol=1e-3)
-
+    assert out["shard_map"]  # the kernel ran per shard
+    assert np.array_equal(out["one"], out["twice"])
+    assert np.abs(out["one"] - out["sharded"])[real].max() <= 1e-5 * np.abs(out["one"]).max()
+    assert not np.allclose(out["one"][real], out["deterministic"][real], atol=1e-3)

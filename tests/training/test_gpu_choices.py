@@ -42,3 +42,20 @@ def test_gpu_resolved_step_matches_the_cpu_float32_step(family, fields, calls, c
     assert abs(loss_gpu - loss_ref) <= LOSS_TOLERANCE * loss_ref, (loss_gpu, loss_ref)
     err = relative_error(grads_gpu, grads_ref)
     assert err <= GRAD_TOLERANCE, (err, worst_leaves(grads_gpu, grads_ref))
+
+
+@pytest.mark.slow  # ~40 s: the step twice with both kernels in Pallas' interpreter
+def test_the_gpu_kernels_step_in_bfloat16_matches_the_cpu_float32_step():
+    """The CPU half of tests/gpu's step with the GPU's Pallas kernels (flash attention, the fused
+    residual-dropout-LayerNorm): the model resolved for the GPU with both, in bfloat16 but with the
+    kernels interpreted on the CPU, against the float32 step with the same kernels: the same dropout
+    masks (drawn inside the kernels from the same keys), so only bfloat16's arithmetic differs."""
+    kernels = {"attention_impl": "flash_interpret", "norm_impl": "fused_interpret"}
+    gpu = resolved("bert", "gpu", **kernels)
+    ref, task, rows, cpu = reference("bert", gpu, **kernels), objective("bert"), batch(), jax.devices("cpu")[0]
+    params = initial_params(ref, task)
+    loss_ref, grads_ref = loss_and_grads(ref, task, params, rows, cpu)
+    loss_gpu, grads_gpu = loss_and_grads(gpu, task, params, rows, cpu)
+    assert abs(loss_gpu - loss_ref) <= LOSS_TOLERANCE * loss_ref, (loss_gpu, loss_ref)
+    err = relative_error(grads_gpu, grads_ref)
+    assert err <= GRAD_TOLERANCE, (err, worst_leaves(grads_gpu, grads_ref))
