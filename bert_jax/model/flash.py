@@ -10,11 +10,18 @@ bits (T · S / 8 bytes per row and head: 16 times less than the probabilities in
     ctx = flash_attention(q, k, v, segment_ids)                      # no dropout
     ctx = flash_attention(q, k, v, segment_ids, key=key, rate=0.1)   # BERT's training step
     ctx = flash_attention(q, k, v, segment_ids, window=128)          # ModernBERT's local layer
+    ctx = flash_attention(q, k, v, segment_ids, bias=b, key=key, rate=0.1)  # b: [3, heads, head_dim]
 
 * q, k, v: [batch, length, heads, head_dim], the model's layout; head_dim 16, 32, 64 or 128, the
   length a multiple of `BLOCK` (`flash_applies`).
 * segment_ids: [batch, length] int32 as splash's (`splash.segment_ids_from_mask`): a query sees the
   keys of its own id (padding, 0, sees padding: nothing downstream reads those rows).
+* bias: [3, heads, head_dim] or None, the query, key and value projections' biases (BERT's), so that
+  the projections hand the kernel their products as the matrix units write them: the query bias is
+  added to each query block as it is loaded; the key bias not at all (it adds one constant to a
+  query's logits, which the softmax cancels: its gradient is 0); the value bias as rowsum(Z) · b_v at
+  the end of the forward and as dO · b_v in the backward's dZ, so key and value blocks go from memory
+  to the products untouched.
 * window: 0 = global; else a query sees the keys within ``window // 2`` positions on either side
   (ModernBERT's local layers), and the kernel skips the key blocks outside the band.
 * Dropout: probability (b, n, t, s) is kept, and scaled by 1 / (1 - rate), when 16 random bits are at
@@ -121,8 +128,10 @@ def visible(q_ids, k_ids, rows, cols, window: int):
     return seen
 
 
-def reference_attention(q, k, v, segment_ids, *, key=None, rate: float = 0.0, window: int = 0):
+def reference_attention(q, k, v, segment_ids, *, bias=None, key=None, rate: float = 0.0, window: int = 0):
     """The kernel's computation in XLA (einsums and a [batch, heads, T, S] mask): [batch, length, heads, kv]."""
+    if bias is not None:
+        q, k, v = (x + b.astype(x.dtype) for x, b in zip((q, k, v), bias, strict=True))
     length = q.shape[1]
     logits = jnp.einsum("BTNH,BSNH->BNTS", q, k, preferred_element_type=jnp.float32) / math.sqrt(q.shape[-1])
     pos = jnp.arange(length)  # [length]
@@ -168,18 +177,20 @@ def keep_block(seed_ref, row, head, rows, first_col, cols: int, *, rate: float, 
     return random16(seed_ref[0], seed_ref[1], row, head, t, quad, length) >= np.uint32(threshold(rate))
 
 
-def _forward_kernel(seed_ref, rows_ref, heads_ref, q_ref, k_ref, v_ref, ids_ref, o_ref, lse_ref, *mask_ref, rate,
-                    window, scale, block):
+def _forward_kernel(seed_ref, rows_ref, heads_ref, q_ref, k_ref, v_ref, ids_ref, bias_ref, o_ref, lse_ref, *mask_ref,
+                    rate, window, scale, block):
     length = k_ref.shape[0]
     i = pl.program_id(0)
     keep = functools.partial(keep_block, seed_ref, rows_ref[0].astype(jnp.uint32), heads_ref[0].astype(jnp.uint32),
                              rate=rate, length=length)
-    q = q_ref[...]  # [block, H]
+    # The projections' biases without touching the key and value blocks: the key bias adds a constant
+    # to each query's logits (softmax cancels it); the value bias adds rowsum(Z) · b_v to Z V.
+    q = q_ref[...] + bias_ref[0][None, :]  # [block, H]
     rows = i * block + jnp.arange(block)  # [block]
     q_ids = ids_ref[pl.ds(i * block, block)]  # [block]
 
     def step(j, carry):  # online softmax over key block j
-        o, m, total = carry  # [block, H], [block], [block] float32: output, row max, denominator
+        o, m, total, kept_total = carry  # [block, H], [block] x 3 float32: output, row max, denominator, its kept part
         keys = pl.ds(j * block, block)
         x = logits(q, k_ref[keys, :], q_ids, ids_ref[keys], rows, j * block + jnp.arange(block), scale=scale,
                    window=window)  # [block, block]
@@ -191,20 +202,24 @@ def _forward_kernel(seed_ref, rows_ref, heads_ref, q_ref, k_ref, v_ref, ids_ref,
             kept = keep(rows, j * block, block)  # [block, block]
             mask_ref[0][:, pl.ds(j * (block // 32), block // 32)] = pack(kept)
             p = jnp.where(kept, p, 0.0)
+        kept_total = correction * kept_total + p.sum(axis=-1)
         pv = jnp.dot(p.astype(v_ref.dtype), v_ref[keys, :], preferred_element_type=jnp.float32)  # [block, H]
-        return correction[:, None] * o + pv, m_next, total
+        return correction[:, None] * o + pv, m_next, total, kept_total
 
-    init = (jnp.zeros(q.shape, jnp.float32), jnp.full((block,), -jnp.inf, jnp.float32),
-            jnp.zeros((block,), jnp.float32))
-    o, m, total = jax.lax.fori_loop(*key_blocks(i * block, block, block, length, window), step, init)
+    zeros = jnp.zeros((block,), jnp.float32)
+    init = (jnp.zeros(q.shape, jnp.float32), jnp.full((block,), -jnp.inf, jnp.float32), zeros, zeros)
+    o, m, total, kept_total = jax.lax.fori_loop(*key_blocks(i * block, block, block, length, window), step, init)
+    o = o + kept_total[:, None] * bias_ref[2].astype(jnp.float32)[None, :]  # Z (V + b_v) = Z V + rowsum(Z) b_v
     o_ref[...] = (o * (1.0 / (1.0 - rate) / total)[:, None]).astype(o_ref.dtype)
     lse_ref[...] = m + jnp.log2(total)  # [block]: the base-2 log of each row's softmax denominator
 
 
-def _backward_kernel(q_ref, k_ref, v_ref, ids_ref, do_ref, lse_ref, delta_ref, *refs, rate, window, scale, block):
+def _backward_kernel(q_ref, k_ref, v_ref, ids_ref, bias_ref, do_ref, lse_ref, delta_ref, dob_ref, *refs, rate,
+                     window, scale, block):
     mask_ref, (dq_ref, dk_ref, dv_ref) = (refs[0], refs[1:]) if rate else (None, refs)
     length = k_ref.shape[0]
     inv_keep = 1.0 / (1.0 - rate)
+    bq = bias_ref[0]  # [H]: the query bias (the key bias cancels; the value bias enters through dob)
 
     def grads(i, j, q, k, v, do):
         """dS [block, block] (logits' gradient, scaled) and Z (the dropped probabilities) of query
@@ -213,7 +228,8 @@ def _backward_kernel(q_ref, k_ref, v_ref, ids_ref, do_ref, lse_ref, delta_ref, *
         rows, cols = i * block + jnp.arange(block), j * block + jnp.arange(block)
         x = logits(q, k, ids_ref[queries], ids_ref[pl.ds(j * block, block)], rows, cols, scale=scale, window=window)
         p = jnp.exp2(x - lse_ref[queries][:, None])  # [block, block] probabilities
-        dz = jnp.dot(do, v.T, preferred_element_type=jnp.float32)  # [block, block]
+        # dO (V + b_v)ᵀ: dO Vᵀ and each query's dO · b_v
+        dz = jnp.dot(do, v.T, preferred_element_type=jnp.float32) + dob_ref[queries][:, None]  # [block, block]
         z, dp = p, dz
         if rate:  # the forward's mask, from its bits
             keep = unpack(mask_ref[queries, pl.ds(j * (block // 32), block // 32)])  # [block, block]
@@ -228,7 +244,7 @@ def _backward_kernel(q_ref, k_ref, v_ref, ids_ref, do_ref, lse_ref, delta_ref, *
     def dkv_step(i, carry):
         dk, dv = carry
         queries = pl.ds(i * block, block)
-        q, do = q_ref[queries, :], do_ref[queries, :]
+        q, do = q_ref[queries, :] + bq[None, :], do_ref[queries, :]
         ds, z = grads(i, c, q, k, v, do)
         dv = dv + jnp.dot(z.astype(do.dtype).T, do, preferred_element_type=jnp.float32)
         dk = dk + jnp.dot(ds.astype(q.dtype).T, q, preferred_element_type=jnp.float32)
@@ -240,9 +256,9 @@ def _backward_kernel(q_ref, k_ref, v_ref, ids_ref, do_ref, lse_ref, delta_ref, *
 
     # dQ of query block c, over the key blocks it sees.
     queries = pl.ds(c * block, block)
-    q, do = q_ref[queries, :], do_ref[queries, :]
+    q, do = q_ref[queries, :] + bq[None, :], do_ref[queries, :]
 
-    def dq_step(j, dq):
+    def dq_step(j, dq):  # dS (K + b_k) = dS K: dS's rows sum to 0
         keys = pl.ds(j * block, block)
         kj = k_ref[keys, :]
         ds, _ = grads(c, j, q, kj, v_ref[keys, :], do)
@@ -253,7 +269,7 @@ def _backward_kernel(q_ref, k_ref, v_ref, ids_ref, do_ref, lse_ref, delta_ref, *
 
 
 def _specs(batch_first_grid: bool, length: int, head_dim: int, block: int):
-    """Block specs of the kernels' shared inputs: seed, rows, heads, q (a block or whole), k, v, ids."""
+    """Block specs of the kernels' shared inputs: seed, rows, heads, q (a block or whole), k, v, ids, bias."""
     if batch_first_grid:  # the backward's grid: (batch, heads, block)
         b, n = (lambda b, n, _: b), (lambda b, n, _: n)
         q = pl.BlockSpec((None, length, None, head_dim), lambda b, n, _: (b, 0, n, 0))
@@ -263,10 +279,11 @@ def _specs(batch_first_grid: bool, length: int, head_dim: int, block: int):
     whole = pl.BlockSpec((None, length, None, head_dim), lambda *g: (b(*g), 0, n(*g), 0))
     return [pl.BlockSpec((2,), lambda *g: (0,)), pl.BlockSpec((1,), lambda *g: (b(*g),)),
             pl.BlockSpec((1,), lambda *g: (n(*g),)), q, whole, whole,
-            pl.BlockSpec((None, length), lambda *g: (b(*g), 0))]
+            pl.BlockSpec((None, length), lambda *g: (b(*g), 0)),
+            pl.BlockSpec((3, None, head_dim), lambda *g: (0, n(*g), 0))]  # this head's q, k and v biases
 
 
-def _forward(q, k, v, ids, seed, rows, heads, rate, window, tiling, interpret):
+def _forward(q, k, v, ids, bias, seed, rows, heads, rate, window, tiling, interpret):
     batch, length, num_heads, head_dim = q.shape
     block = tiling.block
     kernel = functools.partial(_forward_kernel, rate=rate, window=window, scale=1.0 / math.sqrt(head_dim), block=block)
@@ -285,51 +302,56 @@ def _forward(q, k, v, ids, seed, rows, heads, rate, window, tiling, interpret):
         compiler_params=plgpu.CompilerParams(num_warps=tiling.warps, num_stages=2),
         interpret=interpret,
         name=tiling.name("flash_forward", window),
-    )(seed, rows, heads, q, k, v, ids)  # o, lse[, mask]
+    )(seed, rows, heads, q, k, v, ids, bias)  # o, lse[, mask]
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(7, 8, 9, 10))
-def _flash(q, k, v, ids, seed, rows, heads, rate, window, tiling, interpret):
-    return _forward(q, k, v, ids, seed, rows, heads, rate, window, tiling, interpret)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(8, 9, 10, 11))
+def _flash(q, k, v, ids, bias, seed, rows, heads, rate, window, tiling, interpret):
+    return _forward(q, k, v, ids, bias, seed, rows, heads, rate, window, tiling, interpret)[0]
 
 
-def _flash_fwd(q, k, v, ids, seed, rows, heads, rate, window, tiling, interpret):
-    o, lse, *mask = _forward(q, k, v, ids, seed, rows, heads, rate, window, tiling, interpret)
-    return o, (q, k, v, ids, o, lse, mask)  # the mask's bits stand for the seed, rows and heads
+def _flash_fwd(q, k, v, ids, bias, seed, rows, heads, rate, window, tiling, interpret):
+    o, lse, *mask = _forward(q, k, v, ids, bias, seed, rows, heads, rate, window, tiling, interpret)
+    return o, (q, k, v, ids, bias, o, lse, mask)  # the mask's bits stand for the seed, rows and heads
 
 
 def _flash_bwd(rate, window, tiling, interpret, res, do):
-    q, k, v, ids, o, lse, mask = res
+    q, k, v, ids, bias, o, lse, mask = res
     batch, length, num_heads, head_dim = q.shape
     block = tiling.block
-    delta = jnp.einsum("BTNH,BTNH->BNT", o.astype(jnp.float32), do.astype(jnp.float32))  # [batch, heads, T]
+    # rowsum(dO ∘ O) and dO · b_v, [batch, heads, T] each, in one pass over dO
+    both = jnp.stack([o.astype(jnp.float32), jnp.broadcast_to(bias[2].astype(jnp.float32), o.shape)])  # [2, *o.shape]
+    delta, dob = jnp.einsum("BTNH,KBTNH->KBNT", do.astype(jnp.float32), both)
     kernel = functools.partial(_backward_kernel, rate=rate, window=window, scale=1.0 / math.sqrt(head_dim), block=block)
     per_row = pl.BlockSpec((None, None, length), lambda b, n, _: (b, n, 0))
     out = pl.BlockSpec((None, block, None, head_dim), lambda b, n, c: (b, c, n, 0))
-    specs = _specs(True, length, head_dim, block)[3:]  # q, k, v, ids (not the seed, rows and heads)
+    specs = _specs(True, length, head_dim, block)[3:]  # q, k, v, ids, bias (not the seed, rows and heads)
     bits = [pl.BlockSpec((None, None, length, length // 32), lambda b, n, _: (b, n, 0, 0))] if mask else []
     dq, dk, dv = pl.pallas_call(
         kernel,
         grid=(batch, num_heads, length // block),
-        in_specs=[*specs, specs[0], per_row, per_row, *bits],  # ..., do (as q), lse, delta[, the mask's bits]
+        in_specs=[*specs, specs[0], per_row, per_row, per_row, *bits],  # ..., do (as q), lse, delta, dob[, bits]
         out_specs=[out, out, out],
         out_shape=[jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (q, k, v)],
         compiler_params=plgpu.CompilerParams(num_warps=tiling.warps, num_stages=2),
         interpret=interpret,
         name=tiling.name("flash_backward", window),
-    )(q, k, v, ids, do, lse, delta, *mask)
-    return dq, dk, dv, None, None, None, None
+    )(q, k, v, ids, bias, do, lse, delta, dob, *mask)
+    dbias = jnp.stack([g.sum(axis=(0, 1), dtype=jnp.float32) for g in (dq, dk, dv)]).astype(bias.dtype)  # [3, N, H]
+    return dq, dk, dv, None, dbias, None, None, None
 
 
 _flash.defvjp(_flash_fwd, _flash_bwd)
 
 
-def flash_attention(q, k, v, segment_ids, *, key=None, rate: float = 0.0, window: int = 0, rows=None, heads=None,
-                    tiling: Tiling = Tiling(), interpret: bool = False) -> jax.Array:
+def flash_attention(q, k, v, segment_ids, *, bias=None, key=None, rate: float = 0.0, window: int = 0, rows=None,
+                    heads=None, tiling: Tiling = Tiling(), interpret: bool = False) -> jax.Array:
     """Attention of q, k, v [batch, length, heads, head_dim] among tokens of one segment id
     ([batch, length] int32), ``window`` 0 or a local band, dropout ``rate`` on the probabilities drawn
-    from ``key``: [batch, length, heads, head_dim]. ``rows`` [batch] and ``heads`` [heads] (int32):
-    the global row and head numbers of this shard's (default: 0, 1, ...), which the dropout mask uses."""
+    from ``key``: [batch, length, heads, head_dim]. ``bias`` [3, heads, head_dim] (or None): the
+    query, key and value projections' biases, added as the kernel loads them (so the projections
+    need not write their sums). ``rows`` [batch] and ``heads`` [heads] (int32): the global row and
+    head numbers of this shard's (default: 0, 1, ...), which the dropout mask uses."""
     batch, length, num_heads, head_dim = q.shape
     if not flash_applies(length, head_dim, q.dtype) or length % tiling.block:
         raise ValueError(f"flash attention takes a length that is a multiple of {tiling.block}, a head width in "
@@ -339,5 +361,6 @@ def flash_attention(q, k, v, segment_ids, *, key=None, rate: float = 0.0, window
     seed = jnp.stack(key_words(key)) if rate else jnp.zeros((2,), jnp.uint32)  # [2] uint32
     rows = jnp.arange(batch, dtype=jnp.int32) if rows is None else rows  # [batch]
     heads = jnp.arange(num_heads, dtype=jnp.int32) if heads is None else heads  # [heads]
-    return _flash(q, k, v, segment_ids.astype(jnp.int32), seed, rows, heads, float(rate), int(window), tiling,
+    bias = jnp.zeros((3, num_heads, head_dim), q.dtype) if bias is None else bias.astype(q.dtype)  # [3, heads, kv]
+    return _flash(q, k, v, segment_ids.astype(jnp.int32), bias, seed, rows, heads, float(rate), int(window), tiling,
                   interpret)

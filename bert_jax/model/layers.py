@@ -128,24 +128,27 @@ def by_window(run, spec: LayerSpec | None, window: int) -> jax.Array:
     return jax.lax.cond(spec.window == 0, lambda: run(0), lambda: run(window))
 
 
-def flash_layer(q, k, v, segment_ids, spec: LayerSpec | None, window: int, key, rate: float,
-                interpret: bool) -> jax.Array:
+def flash_layer(q, k, v, segment_ids, spec: LayerSpec | None, window: int, key, rate: float, interpret: bool,
+                bias=None) -> jax.Array:
     """The GPU's flash attention (`flash.flash_attention`) for a layer of ``spec`` (None: BERT's global
     layer), dropout ``rate`` drawn from ``key`` inside the kernel (None: no dropout); a scanned
     stack, whose spec is data, chooses between the global and the local kernel with ``lax.cond``.
     Each device runs its own rows and heads, numbered globally so the dropout mask does not depend
-    on the split. q, k, v: [batch, length, heads, kv]; segment_ids: [batch, length]."""
+    on the split. q, k, v: [batch, length, heads, kv]; segment_ids: [batch, length]; bias: the
+    projections' biases [3, heads, kv] the kernel adds to q, k, v (None: none)."""
     rows = jnp.arange(q.shape[0], dtype=jnp.int32)  # [batch]
     heads = jnp.arange(q.shape[2], dtype=jnp.int32)  # [heads]
+    bias = jnp.zeros((3, *q.shape[2:]), q.dtype) if bias is None else bias  # [3, heads, kv]
 
     def run(w):
-        def kernel(q, k, v, ids, rows, heads):
-            return flash_attention(q, k, v, ids, key=key, rate=rate, window=w, rows=rows, heads=heads,
+        def kernel(q, k, v, ids, rows, heads, bias):
+            return flash_attention(q, k, v, ids, bias=bias, key=key, rate=rate, window=w, rows=rows, heads=heads,
                                    interpret=interpret)
 
         names = (axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_HEADS, axes.ACT_KV)
         return per_shard(kernel, names, names, names, (axes.ACT_BATCH, axes.ACT_LENGTH), (axes.ACT_BATCH,),
-                         (axes.ACT_HEADS,))(q, k, v, segment_ids, rows, heads)
+                         (axes.ACT_HEADS,), (None, axes.ACT_HEADS, axes.ACT_KV))(q, k, v, segment_ids, rows, heads,
+                                                                                  bias)
 
     return by_window(run, spec, window)  # [batch, length, heads, kv]
 
@@ -164,6 +167,13 @@ def fused_norm_layer(norm: nnx.LayerNorm, x, a, key, rate: float, interpret: boo
 
     rows = (axes.ACT_BATCH, axes.ACT_LENGTH, None)  # whole rows in every shard: the norm is over the width
     return per_shard(kernel, rows, rows, (None,), (None,), rows[:2])(x, a.astype(x.dtype), scale, bias, tokens)
+
+
+def without_bias(proj: nnx.Einsum, x: jax.Array) -> jax.Array:
+    """``proj(x)`` less its bias: ``nnx.Einsum``'s product in its dtype (the flash kernel adds the bias
+    as it loads the result, so the projection does not write the sum)."""
+    inputs, kernel = proj.promote_dtype((x, proj.kernel[...]), dtype=proj.dtype)
+    return jnp.einsum(proj.einsum_str, inputs, kernel, precision=proj.precision)
 
 
 def cudnn_layer(q, k, v, mask, spec: LayerSpec | None, window: int) -> jax.Array:
@@ -318,9 +328,12 @@ class SelfAttention(nnx.Module):
         # positions: [batch | 1, length], what rotary positions rotate by.
         cfg = self.cfg
         heads = (axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_HEADS, axes.ACT_KV)
-        q = constrain(layout.to_rows(self.query(x)), *heads)  # [batch, length, heads, kv]
-        k = constrain(layout.to_rows(self.key(x)), *heads)  # [batch, length, heads, kv]
-        v = constrain(layout.to_rows(self.value(x)), *heads)  # [batch, length, heads, kv]
+        projections = (self.query, self.key, self.value)
+        bias = None  # the projections' biases [3, heads, kv] when the flash kernel adds them
+        if cfg.attention_impl.startswith("flash") and cfg.use_bias and not cfg.rotary:
+            bias = jnp.stack([p.bias[...] for p in projections]).astype(cfg.compute_dtype)
+            projections = [functools.partial(without_bias, p) for p in projections]
+        q, k, v = (constrain(layout.to_rows(p(x)), *heads) for p in projections)  # [batch, length, heads, kv]
         if cfg.rotary:
             q, k = rotary(q, positions, spec.rope_theta), rotary(k, positions, spec.rope_theta)
         needs_dropout = not deterministic and cfg.attention_dropout_prob > 0.0
@@ -328,6 +341,9 @@ class SelfAttention(nnx.Module):
         impl = attention_call(cfg.attention_impl, mask_kind(mask.shape), q.shape, q.dtype)
         if return_probs or (needs_dropout and not impl.startswith("flash")):
             impl = "explicit"  # the probabilities themselves, or dropout no other kernel draws
+        if bias is not None and not impl.startswith("flash"):  # not the kernel after all: the biases here
+            q, k, v = (t + b for t, b in zip((q, k, v), bias, strict=True))
+            bias = None
         with jax.named_scope("attention"):  # the profile's "attention" row (bert_jax/benchmark/profile.py)
             if impl.startswith("splash"):  # padding / packing as segment ids, the window as the kernel's block mask
                 ids = segment_ids_from_mask(mask)  # [batch, length]
@@ -336,7 +352,8 @@ class SelfAttention(nnx.Module):
                 ids = segment_ids_from_mask(mask)  # [batch, length]
                 key = rngs.dropout() if needs_dropout else None
                 rate = cfg.attention_dropout_prob if needs_dropout else 0.0
-                ctx = flash_layer(q, k, v, ids, spec, cfg.local_window, key, rate, interpret=impl == "flash_interpret")
+                ctx = flash_layer(q, k, v, ids, spec, cfg.local_window, key, rate, interpret=impl == "flash_interpret",
+                                  bias=bias)
             elif impl == "cudnn":  # flash attention, padding as key lengths; a local layer's band on XLA
                 ctx = cudnn_layer(q, k, v, mask, spec, cfg.local_window)
             else:

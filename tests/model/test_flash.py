@@ -42,26 +42,28 @@ SLOW = pytest.mark.slow
                                                 pytest.param(0.1, 0, True, marks=SLOW), (0.3, 32, False),
                                                 pytest.param(0.0, 48, True, marks=SLOW)])
 def test_the_kernel_matches_its_reference_forward_and_gradients(rate, window, packed):
-    """The interpreted kernel gives `reference_attention`'s output and q, k, v gradients (float32, 1e-5
-    of the largest) at real queries: padding, two examples in a row, a local window, dropout."""
+    """The interpreted kernel gives `reference_attention`'s output and q, k, v and bias gradients
+    (float32, 1e-5 of the largest) at real queries: padding, two examples in a row, a local window,
+    dropout; the projections' biases added inside the kernel."""
     q, k, v = qkv()
+    bias = 0.5 * jax.random.normal(jax.random.key(6), (3, *q.shape[2:]))  # [3, heads, kv]
     ids = segment_ids(packed)
     real = (ids > 0)[:, :, None, None]  # [batch, length, 1, 1]
     cot = jax.random.normal(jax.random.key(5), q.shape) * real  # padded queries carry no cotangent
     key = jax.random.key(7)
 
     def run(fn):
-        def loss(q, k, v):
-            out = fn(q, k, v, ids, key=key, rate=rate, window=window)
+        def loss(q, k, v, bias):
+            out = fn(q, k, v, ids, bias=bias, key=key, rate=rate, window=window)
             return jnp.sum(out * cot), out
 
-        (_, out), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))(q, k, v)
+        (_, out), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3), has_aux=True))(q, k, v, bias)
         return np.where(real, out, 0), grads
 
     got, got_grads = run(lambda *a, **kw: flash.flash_attention(*a, **kw, interpret=True))
     want, want_grads = run(flash.reference_attention)
     assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
-    for name, g, h in zip("qkv", got_grads, want_grads, strict=True):
+    for name, g, h in zip(["q", "k", "v", "bias"], got_grads, want_grads, strict=True):
         assert np.abs(g - h).max() <= 1e-5 * np.abs(h).max(), name
 
 
