@@ -162,9 +162,9 @@ def test_fused_attention_matches_xla_on_the_gpu(impl, family, scan):
     ("bfloat16", 0.1, 64, (128, 8))], ids=["f32", "bf16", "bf16-window", "bf16-window-128/8"])
 def test_the_flash_kernel_matches_its_reference_on_the_gpu(dtype, rate, window, tiling):
     """The Pallas flash kernel compiled by Triton against its computation in XLA (`reference_attention`:
-    the same dropout mask drawn outside the kernel) in float32 on the GPU, forward and gradients, at real
-    queries of padded rows: float32 inputs within 1% (Triton's float32 products use TF32), bfloat16
-    within 3x XLA's own bfloat16 error + 2%."""
+    the same dropout mask drawn outside the kernel; the projections' biases) in float32 on the GPU,
+    forward and gradients, at real queries of padded rows: float32 inputs within 1% (Triton's float32
+    products use TF32), bfloat16 within 3x XLA's own bfloat16 error + 2%."""
     from bert_jax.model import flash
 
     gpu = gpus()[0]
@@ -174,10 +174,12 @@ def test_the_flash_kernel_matches_its_reference_on_the_gpu(dtype, rate, window, 
     real = np.asarray(ids > 0)[:, :, None, None]
     cot = jax.random.normal(keys[3], q.shape) * real
     key = jax.random.key(7)
+    bias = jax.device_put(0.5 * jax.random.normal(jax.random.key(8), (3, 4, 64)), gpu)  # [3, heads, kv]
 
     def run(fn, dt):
         def loss(q, k, v):
-            out = fn(q.astype(dt), k.astype(dt), v.astype(dt), ids, key=key, rate=rate, window=window)
+            out = fn(q.astype(dt), k.astype(dt), v.astype(dt), ids, bias=bias.astype(dt), key=key, rate=rate,
+                     window=window)
             return jnp.sum(out.astype(jnp.float32) * cot), out
 
         (_, out), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))(q, k, v)
