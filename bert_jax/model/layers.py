@@ -169,11 +169,14 @@ def fused_norm_layer(norm: nnx.LayerNorm, x, a, key, rate: float, interpret: boo
     return per_shard(kernel, rows, rows, (None,), (None,), rows[:2])(x, a.astype(x.dtype), scale, bias, tokens)
 
 
-def without_bias(proj: nnx.Einsum, x: jax.Array) -> jax.Array:
-    """``proj(x)`` less its bias: ``nnx.Einsum``'s product in its dtype (the flash kernel adds the bias
-    as it loads the result, so the projection does not write the sum)."""
+def without_bias(proj: nnx.Einsum | nnx.Linear, x: jax.Array) -> jax.Array:
+    """``proj(x)`` less its bias: the product as ``nnx.Einsum`` / ``nnx.Linear`` computes it, in its
+    dtype, for a consumer that adds the bias itself (the flash kernel as it loads q, k and v; the
+    recomputed GELU), so that no pass writes the sum."""
     inputs, kernel = proj.promote_dtype((x, proj.kernel[...]), dtype=proj.dtype)
-    return jnp.einsum(proj.einsum_str, inputs, kernel, precision=proj.precision)
+    if isinstance(proj, nnx.Einsum):
+        return jnp.einsum(proj.einsum_str, inputs, kernel, precision=proj.precision)
+    return jax.lax.dot_general(inputs, kernel, (((inputs.ndim - 1,), (0,)), ((), ())), precision=proj.precision)
 
 
 def cudnn_layer(q, k, v, mask, spec: LayerSpec | None, window: int) -> jax.Array:
@@ -395,6 +398,10 @@ class FeedForward(nnx.Module):
         if self.geglu:
             y = self.intermediate(x)  # [*tokens, 2, mlp]: the activation's input, the gate
             y = self.act(y[..., 0, :]) * y[..., 1, :]  # [*tokens, mlp]
+        elif self.recompute and self.intermediate.bias is not None:  # the bias added inside the recomputed
+            # activation: the backward keeps the product the matmul wrote, not a second copy with the bias
+            bias = self.intermediate.bias[...].astype(self.intermediate.dtype)  # [mlp]
+            y = jax.checkpoint(lambda h, b: self.act(h + b))(without_bias(self.intermediate, x), bias)  # [*tokens, mlp]
         else:
             act = jax.checkpoint(self.act) if self.recompute else self.act
             y = act(self.intermediate(x))  # [*tokens, mlp]

@@ -58,3 +58,21 @@ def test_the_backward_recomputes_the_activation(kind, recompute):
 
     assert ("remat" in jaxpr(lambda m, x: m(x))) == (recompute and kind != "geglu")
     assert "remat" not in jaxpr(through)
+
+
+@pytest.mark.parametrize("kind", ["gelu", "gelu_new"])
+def test_the_recompute_keeps_the_product_without_the_bias(kind):
+    """The recomputed activation adds the intermediate bias itself: what the backward keeps is the
+    matmul's product as written (the checkpoint's input comes from dot_general), not a second
+    [tokens, mlp] array holding product + bias (docs/records.md, "GELU recomputed in the backward")."""
+    cfg = BertConfig.from_size("tiny", dtype="bfloat16", recompute_activation=True, **KINDS[kind])
+    ffn = FeedForward(cfg, rngs=nnx.Rngs(0))
+    jaxpr = jax.make_jaxpr(ffn)(jnp.ones((2, 8, cfg.hidden_size), jnp.bfloat16)).jaxpr
+    made_by = {}
+    for eqn in jaxpr.eqns:
+        made_by.update({v: eqn.primitive.name for v in eqn.outvars})
+        if eqn.primitive.name.startswith("remat"):
+            assert made_by.get(eqn.invars[0]) == "dot_general"
+            assert eqn.invars[1].aval.shape == (cfg.intermediate_size,)  # the bias, added inside
+            return
+    raise AssertionError("no checkpoint around the activation")
