@@ -17,6 +17,10 @@ numbers of before), the model's default. A job config's auto value is "fused" on
 "jax" elsewhere (`bert_jax.resolve.resolve_dropout`, once when a job starts): GPUs already
 get the unrolled Threefry from JAX, and TPUs a hardware generator with ``rng_impl="rbg"``.
 The two give different masks (both are reproducible: same key, same mask).
+
+The Pallas kernels' masks (bert_jax/model/flash.py, fused_norm.py) come from here too: `bits16` (16
+Threefry bits an element, one call for 4), `threshold`, and `pack` / `unpack`, the bits a kernel keeps
+for its backward.
 """
 
 from __future__ import annotations
@@ -56,6 +60,25 @@ def bits16(k0, k1, x0, x1) -> jax.Array:
         return jnp.stack([w & np.uint32(0xFFFF), w >> np.uint32(16)], axis=-1).reshape(shape)
 
     return jnp.stack([halves(w0), halves(w1)], axis=-1).reshape(shape[:-1] + (2 * shape[-1],))
+
+
+def threshold(rate: float) -> int:
+    """An element is dropped when its 16 random bits (`bits16`) are below this."""
+    return min(round(rate * 2**16), 2**16 - 1)
+
+
+def pack(keep: jax.Array) -> jax.Array:
+    """A dropout mask [R, C] (bool, C a multiple of 32) as bits: [R, C / 32] uint32, column c in bit c % 32
+    (how the Pallas kernels keep their masks for the backward)."""
+    rows, cols = keep.shape
+    bits = keep.astype(jnp.uint32).reshape(rows, cols // 32, 32) << jnp.arange(32, dtype=jnp.uint32)
+    return bits.sum(axis=-1, dtype=jnp.uint32)  # distinct bits: the sum is their OR
+
+
+def unpack(words: jax.Array) -> jax.Array:
+    """`pack`'s inverse: [R, W] uint32 → [R, 32 W] bool."""
+    rows, width = words.shape
+    return ((words[:, :, None] >> jnp.arange(32, dtype=jnp.uint32)) & np.uint32(1)).reshape(rows, 32 * width) == 1
 
 
 def key_words(key: jax.Array) -> tuple[jax.Array, jax.Array]:

@@ -51,7 +51,7 @@ import numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from bert_jax.model.dropout import bits16, key_words
+from bert_jax.model.dropout import bits16, key_words, pack, threshold, unpack
 
 BLOCK = 64  # query and key tokens per program and loop step (forward and backward): the default tiling
 HEAD_DIMS = (16, 32, 64, 128)  # powers of two: Triton's blocks
@@ -80,24 +80,6 @@ class Tiling:
 def flash_applies(length: int, head_dim: int, dtype) -> bool:
     """Whether the kernel takes queries of ``length`` tokens, ``head_dim`` wide, in ``dtype``."""
     return length > 0 and length % BLOCK == 0 and head_dim in HEAD_DIMS and jnp.dtype(dtype) in DTYPES
-
-
-def threshold(rate: float) -> int:
-    """A probability is dropped when its 16 random bits are below this."""
-    return min(round(rate * 2**16), 2**16 - 1)
-
-
-def pack(keep: jax.Array) -> jax.Array:
-    """A dropout mask [R, C] (bool, C a multiple of 32) as bits: [R, C / 32] uint32, key c in bit c % 32."""
-    rows, cols = keep.shape
-    bits = keep.astype(jnp.uint32).reshape(rows, cols // 32, 32) << jnp.arange(32, dtype=jnp.uint32)
-    return bits.sum(axis=-1, dtype=jnp.uint32)  # distinct bits: the sum is their OR
-
-
-def unpack(words: jax.Array) -> jax.Array:
-    """`pack`'s inverse: [R, W] uint32 → [R, 32 W] bool."""
-    rows, width = words.shape
-    return ((words[:, :, None] >> jnp.arange(32, dtype=jnp.uint32)) & np.uint32(1)).reshape(rows, 32 * width) == 1
 
 
 def random16(k0, k1, b, n, t, quad, length: int):

@@ -13,7 +13,7 @@ scale's and bias' gradients summed per program.
 * x, a: [..., width], one dtype; width a multiple of 32 (`norm_applies`). scale, bias: [width]
   (bias None: a norm without a shift). y in x's dtype; statistics in float32 over h as stored.
 * Dropout: element (token, c) of a is kept, and scaled by 1 / (1 - rate), when its 16 random bits
-  are at least round(rate · 2¹⁶) (flash attention's rule, `flash.threshold`): bits from
+  are at least round(rate · 2¹⁶) (flash attention's rule, `dropout.threshold`): bits from
   `dropout.bits16` keyed by ``key``, counter (token · width / 4 + c / 4, 0), token the global
   number ``tokens`` gives (default 0, 1, ...), so the mask does not depend on how tokens are split
   over devices. `norm_keep` draws the same mask outside the kernel; `reference_add_norm` is the
@@ -36,8 +36,8 @@ import numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from bert_jax.model.dropout import bits16, key_words
-from bert_jax.model.flash import DTYPES, pack, threshold, unpack
+from bert_jax.model.dropout import bits16, key_words, pack, threshold, unpack
+from bert_jax.model.flash import DTYPES
 
 ROWS = 8  # tokens per program in the forward
 STEP_ROWS = 2  # tokens per loop step in the backward (it holds three float32 copies of them)
