@@ -184,13 +184,14 @@ def _forward_kernel(seed_ref, rows_ref, heads_ref, q_ref, k_ref, v_ref, ids_ref,
             kept = keep(rows, j * block, block)  # [block, block]
             mask_ref[0][:, pl.ds(j * (block // 32), block // 32)] = pack(kept)
             p = jnp.where(kept, p, 0.0)
-        kept_total = correction * kept_total + p.sum(axis=-1)
+            kept_total = correction * kept_total + p.sum(axis=-1)  # without dropout: ``total`` itself
         pv = jnp.dot(p.astype(v_ref.dtype), v_ref[keys, :], preferred_element_type=jnp.float32)  # [block, H]
         return correction[:, None] * o + pv, m_next, total, kept_total
 
     zeros = jnp.zeros((block,), jnp.float32)
     init = (jnp.zeros(q.shape, jnp.float32), jnp.full((block,), -jnp.inf, jnp.float32), zeros, zeros)
     o, m, total, kept_total = jax.lax.fori_loop(*key_blocks(i * block, block, block, length, window), step, init)
+    kept_total = kept_total if rate else total
     o = o + kept_total[:, None] * bias_ref[2].astype(jnp.float32)[None, :]  # Z (V + b_v) = Z V + rowsum(Z) b_v
     o_ref[...] = (o * (1.0 / (1.0 - rate) / total)[:, None]).astype(o_ref.dtype)
     lse_ref[...] = m + jnp.log2(total)  # [block]: the base-2 log of each row's softmax denominator
