@@ -9,9 +9,12 @@ scale's and bias' gradients summed per program.
 
     y = add_dropout_norm(x, a, scale, bias, eps=1e-12)                        # no dropout
     y = add_dropout_norm(x, a, scale, bias, eps=1e-12, key=key, rate=0.1)     # BERT's training step
+    y = add_dropout_norm(x, a, scale, bias, a_bias=b, eps=1e-12, key=key, rate=0.1)  # LN(x + dropout(a + b))
 
 * x, a: [..., width], one dtype; width a multiple of 32 (`norm_applies`). scale, bias: [width]
-  (bias None: a norm without a shift). y in x's dtype; statistics in float32 over h as stored.
+  (bias None: a norm without a shift). a_bias: [width] or None, the sublayer's output bias, added to
+  a in float32 as it is loaded, so that no pass writes a + a_bias (its gradient is Σ da, summed per
+  program as dscale's). y in x's dtype; statistics in float32 over h as stored.
 * Dropout: element (token, c) of a is kept, and scaled by 1 / (1 - rate), when its 16 random bits
   are at least round(rate · 2¹⁶) (flash attention's rule, `dropout.threshold`): bits from
   `dropout.bits16` keyed by ``key``, counter (token · width / 4 + c / 4, 0), token the global
@@ -22,7 +25,7 @@ scale's and bias' gradients summed per program.
 
 The backward is LayerNorm's: with x̂ = (h - mean) / std and g = dy ∘ scale,
 dh = (g - mean(g) - x̂ ∘ mean(g ∘ x̂)) / std; dx = dh, da = keep ∘ dh / (1 - rate),
-dscale = Σ dy ∘ x̂, dbias = Σ dy over tokens.
+dscale = Σ dy ∘ x̂, dbias = Σ dy, da_bias = Σ da over tokens.
 """
 
 from __future__ import annotations
@@ -68,9 +71,12 @@ def norm_keep(key: jax.Array, rate: float, tokens: jax.Array, width: int) -> jax
     return _keep(k0, k1, tokens.astype(jnp.uint32), 0, width, width, rate)
 
 
-def reference_add_norm(x, a, scale, bias=None, *, eps: float, key=None, rate: float = 0.0, tokens=None):
+def reference_add_norm(x, a, scale, bias=None, *, a_bias=None, eps: float, key=None, rate: float = 0.0,
+                       tokens=None):
     """`add_dropout_norm` in XLA, with the kernel's mask: what the tests compare the kernel with."""
     width = x.shape[-1]
+    if a_bias is not None:
+        a = a.astype(jnp.float32) + a_bias.astype(jnp.float32)  # [..., width]
     if rate:
         tokens = jnp.arange(x.size // width) if tokens is None else tokens.reshape(-1)
         keep = norm_keep(key, rate, tokens, width).reshape(a.shape)
@@ -82,14 +88,14 @@ def reference_add_norm(x, a, scale, bias=None, *, eps: float, key=None, rate: fl
     return (y if bias is None else y + bias.astype(jnp.float32)).astype(x.dtype)
 
 
-def _forward_kernel(seed_ref, tokens_ref, x_ref, a_ref, scale_ref, bias_ref, y_ref, h_ref, mean_ref, rstd_ref,
-                    *bits_ref, rate, eps, chunk):
+def _forward_kernel(seed_ref, tokens_ref, x_ref, a_ref, scale_ref, bias_ref, a_bias_ref, y_ref, h_ref, mean_ref,
+                    rstd_ref, *bits_ref, rate, eps, chunk):
     width = x_ref.shape[-1]
     starts = range(0, width, chunk)
     tokens = tokens_ref[...].astype(jnp.uint32)  # [R]
     hs = []
     for c in starts:
-        a = a_ref[:, pl.ds(c, chunk)].astype(jnp.float32)  # [R, chunk]
+        a = a_ref[:, pl.ds(c, chunk)].astype(jnp.float32) + a_bias_ref[pl.ds(c, chunk)].astype(jnp.float32)[None, :]
         if rate:  # the mask, kept as bits for the backward: [R, chunk / 32] words
             kept = _keep(seed_ref[0], seed_ref[1], tokens, c, chunk, width, rate)
             bits_ref[0][:, pl.ds(c // 32, chunk // 32)] = pack(kept)
@@ -106,9 +112,9 @@ def _forward_kernel(seed_ref, tokens_ref, x_ref, a_ref, scale_ref, bias_ref, y_r
     rstd_ref[...] = rstd
 
 
-def _backward_kernel(dy_ref, h_ref, mean_ref, rstd_ref, scale_ref, *refs, rate, chunk, rows, steps):
+def _backward_kernel(dy_ref, h_ref, mean_ref, rstd_ref, scale_ref, *refs, rate, chunk, rows, steps, shifted):
     bits_ref, dx_ref, *rest = refs if rate else (None, *refs)
-    da_ref, dscale_ref, dbias_ref = rest if rate else (None, *rest)
+    da_ref, dscale_ref, dbias_ref, *da_bias_ref = rest if rate else (None, *rest)
     width = dy_ref.shape[-1]
     starts = range(0, width, chunk)
 
@@ -120,21 +126,27 @@ def _backward_kernel(dy_ref, h_ref, mean_ref, rstd_ref, scale_ref, *refs, rate, 
         g = [d * scale_ref[pl.ds(c, chunk)].astype(jnp.float32)[None, :] for c, d in zip(starts, dy, strict=True)]
         mean_g = (sum(gi.sum(axis=-1) for gi in g) / width)[:, None]  # [R, 1]
         mean_gx = (sum((gi * xi).sum(axis=-1) for gi, xi in zip(g, xhat, strict=True)) / width)[:, None]  # [R, 1]
-        for c, gi, xi in zip(starts, g, xhat, strict=True):
+        dscale, dbias, da_bias = (list(t) for t in sums)
+        for j, (c, gi, xi) in enumerate(zip(starts, g, xhat, strict=True)):
             dh = rstd * (gi - mean_g - xi * mean_gx)  # [R, chunk]
             dx_ref[r, pl.ds(c, chunk)] = dh.astype(dx_ref.dtype)
             if rate:
                 kept = unpack(bits_ref[r, pl.ds(c // 32, chunk // 32)])  # [R, chunk]
-                da_ref[r, pl.ds(c, chunk)] = jnp.where(kept, dh * (1.0 / (1.0 - rate)), 0.0).astype(da_ref.dtype)
-        dscale, dbias = sums
-        return (tuple(s + (d * x).sum(axis=0) for s, d, x in zip(dscale, dy, xhat, strict=True)),
-                tuple(s + d.sum(axis=0) for s, d in zip(dbias, dy, strict=True)))
+                dh = jnp.where(kept, dh * (1.0 / (1.0 - rate)), 0.0)  # [R, chunk]: da
+                da_ref[r, pl.ds(c, chunk)] = dh.astype(da_ref.dtype)
+            dscale[j] += (dy[j] * xi).sum(axis=0)
+            dbias[j] += dy[j].sum(axis=0)
+            if shifted:
+                da_bias[j] += dh.sum(axis=0)
+        return tuple(dscale), tuple(dbias), tuple(da_bias)
 
     zeros = tuple(jnp.zeros((chunk,), jnp.float32) for _ in starts)
-    dscale, dbias = jax.lax.fori_loop(0, steps, step, (zeros, zeros))
+    dscale, dbias, da_bias = jax.lax.fori_loop(0, steps, step, (zeros, zeros, zeros if shifted else ()))
     for c, s, b in zip(starts, dscale, dbias, strict=True):
         dscale_ref[pl.ds(c, chunk)] = s
         dbias_ref[pl.ds(c, chunk)] = b
+    for c, s in zip(starts, da_bias, strict=False):  # none unless shifted
+        da_bias_ref[0][pl.ds(c, chunk)] = s
 
 
 def _programs(blocks: int) -> int:
@@ -145,8 +157,9 @@ def _programs(blocks: int) -> int:
     return programs
 
 
-def _forward(x, a, scale, bias, seed, tokens, rate, eps, rows, interpret):
+def _forward(x, a, scale, bias, a_bias, seed, tokens, rate, eps, rows, interpret):
     tokens_n, width = x.shape
+    a_bias = jnp.zeros((width,), x.dtype) if a_bias is None else a_bias  # [width]
     kernel = functools.partial(_forward_kernel, rate=rate, eps=eps, chunk=_chunk(width))
     block = pl.BlockSpec((rows, width), lambda i: (i, 0))
     per_token = pl.BlockSpec((rows,), lambda i: (i,))
@@ -159,32 +172,34 @@ def _forward(x, a, scale, bias, seed, tokens, rate, eps, rows, interpret):
     return pl.pallas_call(
         kernel,
         grid=(tokens_n // rows,),
-        in_specs=[pl.BlockSpec((2,), lambda i: (0,)), per_token, block, block, whole, whole],
+        in_specs=[pl.BlockSpec((2,), lambda i: (0,)), per_token, block, block, whole, whole, whole],
         out_specs=out_specs,
         out_shape=out_shape,
         compiler_params=plgpu.CompilerParams(num_warps=WARPS, num_stages=1),
         interpret=interpret,
         name="add_dropout_norm_forward",
-    )(seed, tokens, x, a, scale, bias)  # y, h, mean, rstd[, bits]
+    )(seed, tokens, x, a, scale, bias, a_bias)  # y, h, mean, rstd[, bits]
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7, 8, 9))
-def _norm(x, a, scale, bias, seed, tokens, rate, eps, rows, interpret):
-    return _forward(x, a, scale, bias, seed, tokens, rate, eps, rows, interpret)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(7, 8, 9, 10))
+def _norm(x, a, scale, bias, a_bias, seed, tokens, rate, eps, rows, interpret):
+    return _forward(x, a, scale, bias, a_bias, seed, tokens, rate, eps, rows, interpret)[0]
 
 
-def _norm_fwd(x, a, scale, bias, seed, tokens, rate, eps, rows, interpret):
-    y, h, mean, rstd, *bits = _forward(x, a, scale, bias, seed, tokens, rate, eps, rows, interpret)
-    return y, (h, mean, rstd, scale, bias, bits)  # the mask's bits stand for the seed and tokens
+def _norm_fwd(x, a, scale, bias, a_bias, seed, tokens, rate, eps, rows, interpret):
+    y, h, mean, rstd, *bits = _forward(x, a, scale, bias, a_bias, seed, tokens, rate, eps, rows, interpret)
+    return y, (h, mean, rstd, scale, bias, a_bias, bits)  # the mask's bits stand for the seed and tokens
 
 
 def _norm_bwd(rate, eps, rows, interpret, res, dy):
-    h, mean, rstd, scale, bias, bits = res
+    h, mean, rstd, scale, bias, a_bias, bits = res
     tokens_n, width = h.shape
     step_rows = math.gcd(rows, STEP_ROWS)
     programs = _programs(tokens_n // step_rows)
     steps = tokens_n // step_rows // programs
-    kernel = functools.partial(_backward_kernel, rate=rate, chunk=_chunk(width), rows=step_rows, steps=steps)
+    shifted = a_bias is not None
+    kernel = functools.partial(_backward_kernel, rate=rate, chunk=_chunk(width), rows=step_rows, steps=steps,
+                               shifted=shifted)
     span = tokens_n // programs  # each program's tokens
     block = pl.BlockSpec((span, width), lambda p: (p, 0))
     per_token = pl.BlockSpec((span,), lambda p: (p,))
@@ -194,33 +209,37 @@ def _norm_bwd(rate, eps, rows, interpret, res, dy):
     out_shape = [jax.ShapeDtypeStruct(h.shape, dy.dtype)] * len(out_specs)
     if rate:
         in_specs.append(pl.BlockSpec((span, width // 32), lambda p: (p, 0)))
-    *grads, dscale, dbias = pl.pallas_call(
+    n_sums = 3 if shifted else 2  # dscale, dbias[, da_bias] per program
+    *grads, dscale, dbias, da_bias = [*pl.pallas_call(
         kernel,
         grid=(programs,),
         in_specs=in_specs,
-        out_specs=[*out_specs, sums, sums],
-        out_shape=[*out_shape, *[jax.ShapeDtypeStruct((programs, width), jnp.float32)] * 2],
+        out_specs=[*out_specs, *[sums] * n_sums],
+        out_shape=[*out_shape, *[jax.ShapeDtypeStruct((programs, width), jnp.float32)] * n_sums],
         compiler_params=plgpu.CompilerParams(num_warps=WARPS, num_stages=1),
         interpret=interpret,
         name="add_dropout_norm_backward",
-    )(dy, h, mean, rstd, scale, *bits)
+    )(dy, h, mean, rstd, scale, *bits), *([] if shifted else [None])]
     dx, da = grads if rate else (grads[0], grads[0])
-    return (dx, da, dscale.sum(axis=0).astype(scale.dtype), dbias.sum(axis=0).astype(bias.dtype), None, None)
+    da_bias = None if da_bias is None else da_bias.sum(axis=0).astype(a_bias.dtype)
+    return (dx, da, dscale.sum(axis=0).astype(scale.dtype), dbias.sum(axis=0).astype(bias.dtype), da_bias, None, None)
 
 
 _norm.defvjp(_norm_fwd, _norm_bwd)
 
 
-def add_dropout_norm(x, a, scale, bias=None, *, eps: float, key=None, rate: float = 0.0, tokens=None,
+def add_dropout_norm(x, a, scale, bias=None, *, a_bias=None, eps: float, key=None, rate: float = 0.0, tokens=None,
                      interpret: bool = False) -> jax.Array:
-    """LayerNorm(x + dropout(a)) over the last axis, scale and bias [width] (bias None: none), dropout
-    ``rate`` drawn from ``key``: x's shape and dtype. ``tokens`` (int32, x's shape less the width):
-    the global numbers of these tokens, which the dropout mask uses (default 0, 1, ...)."""
+    """LayerNorm(x + dropout(a + a_bias)) over the last axis, scale and bias [width] (bias None: none),
+    a_bias [width] (None: none), dropout ``rate`` drawn from ``key``: x's shape and dtype. ``tokens``
+    (int32, x's shape less the width): the global numbers of these tokens, which the dropout mask uses
+    (default 0, 1, ...)."""
     width = x.shape[-1]
-    if a.shape != x.shape or a.dtype != x.dtype or not norm_applies(width, x.dtype) or scale.shape != (width,):
+    vectors = [v.shape for v in (scale, bias, a_bias) if v is not None]
+    if a.shape != x.shape or a.dtype != x.dtype or not norm_applies(width, x.dtype) or {*vectors} != {(width,)}:
         raise ValueError(f"add_dropout_norm takes x and a of one shape and dtype in {[str(d) for d in DTYPES]}, "
-                         f"a width that is a multiple of 32 and a scale of that width: got x {x.shape} {x.dtype}, "
-                         f"a {a.shape} {a.dtype}, scale {scale.shape}")
+                         f"a width that is a multiple of 32 and scale, bias and a_bias of that width: got x "
+                         f"{x.shape} {x.dtype}, a {a.shape} {a.dtype}, scale, bias, a_bias {vectors}")
     if not 0.0 <= rate < 1.0 or (rate and key is None):
         raise ValueError(f"add_dropout_norm's dropout rate {rate}: expected 0 <= rate < 1, and a key when > 0")
     tokens_n = math.prod(x.shape[:-1])
@@ -230,6 +249,6 @@ def add_dropout_norm(x, a, scale, bias=None, *, eps: float, key=None, rate: floa
     tokens = jnp.arange(tokens_n, dtype=jnp.int32) if tokens is None else tokens.reshape(tokens_n)  # [tokens]
     seed = jnp.stack(key_words(key)) if rate else jnp.zeros((2,), jnp.uint32)  # [2] uint32
     bias = jnp.zeros((width,), scale.dtype) if bias is None else bias
-    y = _norm(x.reshape(tokens_n, width), a.reshape(tokens_n, width), scale, bias, seed, tokens.astype(jnp.int32),
-              float(rate), float(eps), rows, interpret)  # [tokens, width]
+    y = _norm(x.reshape(tokens_n, width), a.reshape(tokens_n, width), scale, bias, a_bias, seed,
+              tokens.astype(jnp.int32), float(rate), float(eps), rows, interpret)  # [tokens, width]
     return y.reshape(x.shape)

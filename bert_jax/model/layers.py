@@ -153,20 +153,28 @@ def flash_layer(q, k, v, segment_ids, spec: LayerSpec | None, window: int, key, 
     return by_window(run, spec, window)  # [batch, length, heads, kv]
 
 
-def fused_norm_layer(norm: nnx.LayerNorm, x, a, key, rate: float, interpret: bool) -> jax.Array:
-    """``norm``(x + dropout(a)) as the GPU's one kernel (`fused_norm.add_dropout_norm`), dropout
+def fused_norm_layer(norm: nnx.LayerNorm, x, a, a_bias, key, rate: float, interpret: bool) -> jax.Array:
+    """``norm``(x + dropout(a + a_bias)) as the GPU's one kernel (`fused_norm.add_dropout_norm`), dropout
     ``rate`` drawn from ``key`` inside it (None: none). Each device runs its own tokens, numbered
-    globally so the dropout mask does not depend on the split. x, a: [*tokens, embed]."""
+    globally so the dropout mask does not depend on the split. x, a: [*tokens, embed]; a_bias:
+    [embed] (the sublayer's output bias, which the kernel adds as it loads a) or None."""
     tokens = jnp.arange(math.prod(x.shape[:2]), dtype=jnp.int32).reshape(x.shape[:2])  # [*tokens]
     scale = norm.scale.value  # [embed]
     bias = jnp.zeros_like(scale) if norm.bias is None else norm.bias.value  # [embed]
+    a_bias = jnp.zeros_like(scale) if a_bias is None else a_bias  # [embed]
 
-    def kernel(x, a, scale, bias, tokens):
-        return add_dropout_norm(x, a, scale, bias, eps=norm.epsilon, key=key, rate=rate, tokens=tokens,
-                                interpret=interpret)
+    def kernel(x, a, scale, bias, a_bias, tokens):
+        return add_dropout_norm(x, a, scale, bias, a_bias=a_bias, eps=norm.epsilon, key=key, rate=rate,
+                                tokens=tokens, interpret=interpret)
 
     rows = (axes.ACT_BATCH, axes.ACT_LENGTH, None)  # whole rows in every shard: the norm is over the width
-    return per_shard(kernel, rows, rows, (None,), (None,), rows[:2])(x, a.astype(x.dtype), scale, bias, tokens)
+    return per_shard(kernel, rows, rows, (None,), (None,), (None,), rows[:2])(
+        x, a.astype(x.dtype), scale, bias, a_bias, tokens)
+
+
+def output_bias(proj: nnx.Einsum | nnx.Linear, left_out: bool) -> jax.Array | None:
+    """``proj``'s bias [embed] when its caller left it out (``left_out``) and it has one; else None."""
+    return proj.bias[...] if left_out and proj.bias is not None else None
 
 
 def without_bias(proj: nnx.Einsum | nnx.Linear, x: jax.Array) -> jax.Array:
@@ -323,12 +331,13 @@ class SelfAttention(nnx.Module):
         self.dropout = Dropout(cfg.attention_dropout_prob, cfg.dropout_impl)
 
     def __call__(self, x, mask, layout: TokenLayout = PADDED, *, spec: LayerSpec | None = None, positions=None,
-                 deterministic=True, rngs=None, return_probs=False):
+                 deterministic=True, rngs=None, return_probs=False, output_bias=True):
         # x: [*tokens, embed] in ``layout`` ([batch, length] padded, [shards, tokens] unpadded):
         # projections on those tokens, attention in [batch, length] places.
         # mask: bool [batch, 1, length | 1, length], True = attend.
         # spec: this layer's window and rotary base (`BertConfig.layer_specs`; None: BERT's global layer);
         # positions: [batch | 1, length], what rotary positions rotate by.
+        # output_bias False: the output projection's bias left to the caller (the fused norm adds it).
         cfg = self.cfg
         heads = (axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_HEADS, axes.ACT_KV)
         projections = (self.query, self.key, self.value)
@@ -368,7 +377,8 @@ class SelfAttention(nnx.Module):
                 else:
                     ctx = jax.nn.dot_product_attention(q, k, v, mask=mask, implementation=impl)
         ctx = constrain(ctx, *heads)  # [batch, length, heads, kv]
-        out = constrain(self.output(layout.to_tokens(ctx)), axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_EMBED)
+        output = self.output if output_bias else functools.partial(without_bias, self.output)
+        out = constrain(output(layout.to_tokens(ctx)), axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_EMBED)
         return out, (probs if return_probs else None)
 
 
@@ -390,8 +400,9 @@ class FeedForward(nnx.Module):
             self.intermediate = dense(cfg, d, f, (axes.EMBED, axes.MLP), rngs=rngs, bias=cfg.use_bias)
         self.output = dense(cfg, f, d, (axes.MLP, axes.EMBED), rngs=rngs, bias=cfg.use_bias, output=True)
 
-    def __call__(self, x):
-        # x: [*tokens, embed]. ``cfg.recompute_activation``: the dense block's activation recomputed in
+    def __call__(self, x, output_bias=True):
+        # x: [*tokens, embed]. output_bias False: the output's bias left to the caller (the fused
+        # norm adds it). ``cfg.recompute_activation``: the dense block's activation recomputed in
         # the backward from its input (``jax.checkpoint``), the same numbers, instead of keeping the
         # intermediates of GELU's derivative, each as large as the activation (docs/records.md, "GELU
         # recomputed in the backward").
@@ -406,7 +417,8 @@ class FeedForward(nnx.Module):
             act = jax.checkpoint(self.act) if self.recompute else self.act
             y = act(self.intermediate(x))  # [*tokens, mlp]
         y = constrain(y, axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_MLP)  # [*tokens, mlp]
-        return constrain(self.output(y), axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_EMBED)  # [*tokens, embed]
+        output = self.output if output_bias else functools.partial(without_bias, self.output)
+        return constrain(output(y), axes.ACT_BATCH, axes.ACT_LENGTH, axes.ACT_EMBED)  # [*tokens, embed]
 
 
 class TransformerBlock(nnx.Module):
@@ -427,15 +439,17 @@ class TransformerBlock(nnx.Module):
         self.dropout = Dropout(cfg.hidden_dropout_prob, cfg.dropout_impl)
         self.norm_impl = cfg.norm_impl if norm_applies(cfg.hidden_size, cfg.compute_dtype) else "xla"
 
-    def add_norm(self, norm: nnx.LayerNorm, x, a, deterministic: bool, rngs):
-        """norm(x + dropout(a)) [*tokens, embed] (post-norm): XLA's ops, or one GPU kernel (``cfg.norm_impl``)."""
+    def add_norm(self, norm: nnx.LayerNorm, x, a, a_bias, deterministic: bool, rngs):
+        """norm(x + dropout(a + a_bias)) [*tokens, embed] (post-norm): XLA's ops, or one GPU kernel
+        (``cfg.norm_impl``) that adds the sublayer's bias (a_bias [embed] or None) itself."""
         if self.norm_impl == "xla":
+            a = a if a_bias is None else a + a_bias.astype(a.dtype)  # [*tokens, embed]
             return norm(x + self.dropout(a, deterministic=deterministic, rngs=rngs))
         rate = 0.0 if deterministic else self.dropout.rate
         if rate and rngs is None:
             raise ValueError("dropout in training mode needs rngs=nnx.Rngs(dropout=key)")
         key = rngs.dropout() if rate else None
-        return fused_norm_layer(norm, x, a, key, rate, interpret=self.norm_impl == "fused_interpret")
+        return fused_norm_layer(norm, x, a, a_bias, key, rate, interpret=self.norm_impl == "fused_interpret")
 
     def __call__(self, x, mask, layout: TokenLayout = PADDED, *, spec: LayerSpec | None = None, positions=None,
                  deterministic=True, rngs=None, return_probs=False):
@@ -448,8 +462,11 @@ class TransformerBlock(nnx.Module):
             h = x + self.dropout(a, deterministic=deterministic, rngs=rngs)  # [*tokens, embed]
             f = self.ffn(self.ffn_norm(h))  # [*tokens, embed]
             return h + self.dropout(f, deterministic=deterministic, rngs=rngs), probs
-        a, probs = self.attention(x, mask, layout, **attend)
-        h = self.add_norm(self.attention_norm, x, a, deterministic, rngs)  # [*tokens, embed]
-        f = self.ffn(h)  # [*tokens, embed]
-        out = self.add_norm(self.output_norm, h, f, deterministic, rngs)  # [*tokens, embed]
+        fold = self.norm_impl != "xla"  # the kernel adds the output projections' biases as it loads a
+        a, probs = self.attention(x, mask, layout, output_bias=not fold, **attend)
+        h = self.add_norm(self.attention_norm, x, a, output_bias(self.attention.output, fold), deterministic,
+                          rngs)  # [*tokens, embed]
+        f = self.ffn(h, output_bias=not fold)  # [*tokens, embed]
+        out = self.add_norm(self.output_norm, h, f, output_bias(self.ffn.output, fold), deterministic,
+                            rngs)  # [*tokens, embed]
         return out, probs  # [*tokens, embed], [batch, heads, T, S] | None

@@ -242,7 +242,8 @@ q, ids = jnp.ones((2, 128, 2, 64), jnp.bfloat16), jnp.ones((2, 128), jnp.int32)
 f = lambda q: flash.flash_attention(q, q, q, ids, key=jax.random.key(0), rate=0.1).astype(jnp.float32).sum()
 print("flash finite:", bool(jnp.isfinite(jax.grad(f)(q).astype(jnp.float32)).all()), flush=True)
 x, s = jnp.ones((2, 128, 768), jnp.bfloat16), jnp.ones((768,))
-g = lambda x: fused_norm.add_dropout_norm(x, x, s, s, eps=1e-12, key=jax.random.key(0), rate=0.1).sum(dtype=jnp.float32)
+g = lambda x: fused_norm.add_dropout_norm(x, x, s, s, a_bias=s, eps=1e-12, key=jax.random.key(0),
+                                          rate=0.1).sum(dtype=jnp.float32)
 print("norm finite:", bool(jnp.isfinite(jax.grad(g)(x).astype(jnp.float32)).all()), flush=True)
 """
 KERNELS = {"flash": "--attention_impl flash", "norm": "--norm_impl fused"}  # a probed kernel: the flag that asks for it

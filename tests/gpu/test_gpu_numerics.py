@@ -203,35 +203,37 @@ def test_the_flash_kernel_matches_its_reference_on_the_gpu(dtype, rate, window, 
 def test_the_fused_norm_kernel_matches_its_reference_on_the_gpu(dtype):
     """The residual-dropout-LayerNorm kernel compiled by Triton against its computation in XLA
     (`reference_add_norm`: the same mask) in float32 on the GPU, at BERT-base's width, forward and
-    gradients (x, a, scale, bias): float32 within 1e-4, bfloat16 within 3x XLA's own bfloat16 error + 2%."""
+    gradients (x, a, scale, bias, a's bias): float32 within 1e-4, bfloat16 within 3x XLA's own
+    bfloat16 error + 2%."""
     from bert_jax.model import fused_norm
 
     gpu = gpus()[0]
-    keys = jax.random.split(jax.random.key(0), 5)
+    keys = jax.random.split(jax.random.key(0), 6)
     x, a, dy = (jax.device_put(jax.random.normal(k, (8, 128, 768)), gpu) for k in keys[:3])  # [batch, T, embed]
     scale = jax.device_put(1.0 + 0.1 * jax.random.normal(keys[3], (768,)), gpu)
     bias = jax.device_put(0.1 * jax.random.normal(keys[4], (768,)), gpu)
+    a_bias = jax.device_put(0.3 * jax.random.normal(keys[5], (768,)), gpu)  # the sublayer's output bias
     key = jax.random.key(7)
 
     def run(fn, dt):
-        def f(x, a, scale, bias):
-            return fn(x.astype(dt), a.astype(dt), scale, bias, eps=1e-12, key=key, rate=0.1)
+        def f(x, a, scale, bias, a_bias):
+            return fn(x.astype(dt), a.astype(dt), scale, bias, a_bias=a_bias, eps=1e-12, key=key, rate=0.1)
 
         @jax.jit
-        def forward_and_grads(*args):  # y, dx, da, dscale, dbias
+        def forward_and_grads(*args):  # y, dx, da, dscale, dbias, da_bias
             y, vjp = jax.vjp(f, *args)
             return (y, *vjp(dy.astype(dt)))
 
-        return [np.asarray(t, np.float32) for t in forward_and_grads(x, a, scale, bias)]
+        return [np.asarray(t, np.float32) for t in forward_and_grads(x, a, scale, bias, a_bias)]
 
     exact = run(fused_norm.reference_add_norm, jnp.float32)
     got = run(fused_norm.add_dropout_norm, jnp.dtype(dtype))
     errors = [relative(g, e, True) for g, e in zip(got, exact, strict=True)]
     if dtype == "float32":
-        bounds = [1e-4] * 5
+        bounds = [1e-4] * 6
     else:
         xla = run(fused_norm.reference_add_norm, jnp.bfloat16)
         bounds = [BF16_FACTOR * relative(g, e, True) + PATH_TOLERANCE for g, e in zip(xla, exact, strict=True)]
-    print(f"fused norm {dtype}: y, dx, da, dscale, dbias {[f'{e:.5f}' for e in errors]} "
+    print(f"fused norm {dtype}: y, dx, da, dscale, dbias, da_bias {[f'{e:.5f}' for e in errors]} "
           f"(bounds {[f'{b:.5f}' for b in bounds]})")
     assert all(e <= b for e, b in zip(errors, bounds, strict=True)), (errors, bounds)

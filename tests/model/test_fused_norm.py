@@ -28,8 +28,8 @@ def inputs(shape, dtype, bias=True, seed=0):
     return x, a, scale, (0.1 * jax.random.normal(keys[3], (width,)) if bias else None), dy
 
 
-def forward_and_grads(f, x, a, scale, bias, dy, **kw):
-    y, vjp = jax.vjp(lambda x, a, s, b: f(x, a, s, b, eps=1e-12, **kw), x, a, scale, bias)
+def forward_and_grads(f, x, a, scale, bias, dy, a_bias=None, **kw):
+    y, vjp = jax.vjp(lambda x, a, s, b, ab: f(x, a, s, b, a_bias=ab, eps=1e-12, **kw), x, a, scale, bias, a_bias)
     return y, vjp(dy)
 
 
@@ -37,17 +37,19 @@ def interpreted():
     return lambda *args, **kw: fused_norm.add_dropout_norm(*args, **kw, interpret=True)
 
 
-@pytest.mark.parametrize("shape,dtype,rate,bias", [
-    ((4, 32, 96), jnp.float32, 0.1, True),  # a width in three pieces of 32
-    ((2, 24, 64), jnp.float32, 0.0, False),  # no dropout, no bias (ModernBERT's norms)
-    pytest.param((3, 16, 768), jnp.bfloat16, 0.1, True, marks=SLOW),  # BERT-base's width, in bfloat16
-    ((5, 7, 32), jnp.float32, 0.2, True),  # 35 tokens: blocks of one token
+@pytest.mark.parametrize("shape,dtype,rate,bias,a_bias", [
+    ((4, 32, 96), jnp.float32, 0.1, True, False),  # a width in three pieces of 32
+    ((2, 24, 64), jnp.float32, 0.0, False, False),  # no dropout, no bias (ModernBERT's norms)
+    ((2, 24, 64), jnp.float32, 0.0, True, True),  # the sublayer's bias, no dropout: its gradient is Σ dx
+    pytest.param((3, 16, 768), jnp.bfloat16, 0.1, True, True, marks=SLOW),  # BERT-base's site, in bfloat16
+    ((5, 7, 32), jnp.float32, 0.2, True, True),  # 35 tokens: blocks of one token
 ])
-def test_the_kernel_matches_its_reference_forward_and_gradients(shape, dtype, rate, bias):
-    """y, dx, da, dscale and dbias of the interpreted kernel against XLA's computation with the same
-    mask: float32 within 1e-5 of the largest; bfloat16 within one of its steps."""
+def test_the_kernel_matches_its_reference_forward_and_gradients(shape, dtype, rate, bias, a_bias):
+    """y, dx, da, dscale, dbias and da_bias of the interpreted kernel against XLA's computation with
+    the same mask: float32 within 1e-5 of the largest; bfloat16 within one of its steps."""
     x, a, scale, b, dy = inputs(shape, dtype, bias)
-    kw = dict(key=jax.random.key(7), rate=rate)
+    ab = 0.3 * jax.random.normal(jax.random.key(5), (shape[-1],)) if a_bias else None  # [width] float32
+    kw = dict(key=jax.random.key(7), rate=rate, a_bias=ab)
     got = forward_and_grads(interpreted(), x, a, scale, b, dy, **kw)
     want = forward_and_grads(fused_norm.reference_add_norm, x, a, scale, b, dy, **kw)
     tol = 1e-5 if dtype == jnp.float32 else 2 ** -6
@@ -98,6 +100,8 @@ def test_bad_calls_are_clear_errors():
         fused_norm.add_dropout_norm(x[..., :40], a[..., :40], scale[:40], eps=1e-12)
     with pytest.raises(ValueError, match="one shape and dtype"):
         fused_norm.add_dropout_norm(x, a.astype(jnp.bfloat16), scale, eps=1e-12)
+    with pytest.raises(ValueError, match="a_bias of that width"):
+        fused_norm.add_dropout_norm(x, a, scale, b, a_bias=b[:32], eps=1e-12)
     with pytest.raises(ValueError, match="a key when > 0"):
         fused_norm.add_dropout_norm(x, a, scale, eps=1e-12, rate=0.1)
 
