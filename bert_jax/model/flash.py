@@ -37,6 +37,8 @@ bits (T · S / 8 bytes per row and head: 16 times less than the probabilities in
 
 The backward follows FlashAttention-2 with dropout: Z = keep ∘ P / (1 - rate) is the matrix that
 multiplies V, so dV = Zᵀ dO, dP = keep ∘ (dO Vᵀ) / (1 - rate) and dS = P ∘ (dP - rowsum(dO ∘ O)).
+Each backward program also writes its block's Σ dQ and Σ dV (the query and value biases' gradients)
+so that no pass reads dQ and dV again for them.
 """
 
 from __future__ import annotations
@@ -199,7 +201,7 @@ def _forward_kernel(seed_ref, rows_ref, heads_ref, q_ref, k_ref, v_ref, ids_ref,
 
 def _backward_kernel(q_ref, k_ref, v_ref, ids_ref, bias_ref, do_ref, lse_ref, delta_ref, dob_ref, *refs, rate,
                      window, scale, block):
-    mask_ref, (dq_ref, dk_ref, dv_ref) = (refs[0], refs[1:]) if rate else (None, refs)
+    mask_ref, (dq_ref, dk_ref, dv_ref, sums_ref) = (refs[0], refs[1:]) if rate else (None, refs)
     length = k_ref.shape[0]
     inv_keep = 1.0 / (1.0 - rate)
     bq = bias_ref[0]  # [H]: the query bias (the key bias cancels; the value bias enters through dob)
@@ -236,6 +238,7 @@ def _backward_kernel(q_ref, k_ref, v_ref, ids_ref, bias_ref, do_ref, lse_ref, de
     zeros = jnp.zeros(k.shape, jnp.float32)
     dk, dv = jax.lax.fori_loop(*key_blocks(c * block, block, block, length, window), dkv_step, (zeros, zeros))
     dk_ref[...], dv_ref[...] = dk.astype(dk_ref.dtype), dv.astype(dv_ref.dtype)
+    sums_ref[1, :] = dv.sum(axis=0)  # [H]: this block's share of the value bias's gradient
 
     # dQ of query block c, over the key blocks it sees.
     queries = pl.ds(c * block, block)
@@ -249,6 +252,7 @@ def _backward_kernel(q_ref, k_ref, v_ref, ids_ref, bias_ref, do_ref, lse_ref, de
 
     dq = jax.lax.fori_loop(*key_blocks(c * block, block, block, length, window), dq_step, zeros)
     dq_ref[...] = dq.astype(dq_ref.dtype)
+    sums_ref[0, :] = dq.sum(axis=0)  # [H]: and of the query bias's
 
 
 def _specs(batch_first_grid: bool, length: int, head_dim: int, block: int):
@@ -310,17 +314,21 @@ def _flash_bwd(rate, window, tiling, interpret, res, do):
     out = pl.BlockSpec((None, block, None, head_dim), lambda b, n, c: (b, c, n, 0))
     specs = _specs(True, length, head_dim, block)[3:]  # q, k, v, ids, bias (not the seed, rows and heads)
     bits = [pl.BlockSpec((None, None, length, length // 32), lambda b, n, _: (b, n, 0, 0))] if mask else []
-    dq, dk, dv = pl.pallas_call(
+    sums = pl.BlockSpec((None, None, None, 2, head_dim), lambda b, n, c: (b, n, c, 0, 0))  # Σ dq, Σ dv per program
+    dq, dk, dv, sums = pl.pallas_call(
         kernel,
         grid=(batch, num_heads, length // block),
         in_specs=[*specs, specs[0], per_row, per_row, per_row, *bits],  # ..., do (as q), lse, delta, dob[, bits]
-        out_specs=[out, out, out],
-        out_shape=[jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (q, k, v)],
+        out_specs=[out, out, out, sums],
+        out_shape=[*(jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (q, k, v)),
+                   jax.ShapeDtypeStruct((batch, num_heads, length // block, 2, head_dim), jnp.float32)],
         compiler_params=plgpu.CompilerParams(num_warps=tiling.warps, num_stages=2),
         interpret=interpret,
         name=tiling.name("flash_backward", window),
     )(q, k, v, ids, bias, do, lse, delta, dob, *mask)
-    dbias = jnp.stack([g.sum(axis=(0, 1), dtype=jnp.float32) for g in (dq, dk, dv)]).astype(bias.dtype)  # [3, N, H]
+    dq_bias, dv_bias = jnp.moveaxis(sums.sum(axis=(0, 2)), 1, 0)  # [N, H] each, from the programs' sums
+    # The key bias's gradient, Σ dk = Σ_t Σ_s dS[s, t] q[s], is 0: dS's rows sum to 0.
+    dbias = jnp.stack([dq_bias, jnp.zeros_like(dq_bias), dv_bias]).astype(bias.dtype)  # [3, N, H]
     return dq, dk, dv, None, dbias, None, None, None
 
 
