@@ -38,6 +38,43 @@ ACTIVATIONS = {
 }
 
 
+def erf_gelu(x: jax.Array) -> jax.Array:
+    """The exact GELU as x · (1 + erf(x / √2)) / 2 (PyTorch's form), in float32, in x's dtype; GeGLU's.
+    ``jax.nn.gelu`` goes through erfc, which XLA expands into branches that read their input many
+    times: it then keeps GeGLU's intermediates in memory instead of fusing them (docs/records.md,
+    "GeGLU through erf, with its own backward")."""
+    x32 = x.astype(jnp.float32)
+    return (0.5 * x32 * (1.0 + jax.lax.erf(x32 * np.float32(1 / math.sqrt(2))))).astype(x.dtype)
+
+
+GATE_ACTIVATIONS = {**ACTIVATIONS, "gelu": erf_gelu}  # GeGLU's (ModernBERT's): the same functions
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def gated(act, p: jax.Array) -> jax.Array:
+    """GeGLU's act(u) · g of p = [..., 2, mlp] (u = p[..., 0, :], the gate g = p[..., 1, :]): [..., mlp].
+    The backward keeps only p, the projection's product, and writes [du, dg] in one pass (autodiff
+    also kept act(u) from the forward: docs/records.md, "GeGLU through erf, with its own backward")."""
+    return act(p[..., 0, :]) * p[..., 1, :]
+
+
+def _gated_fwd(act, p):
+    return gated(act, p), p
+
+
+def _gated_bwd(act, p, dy):
+    # One elementwise pass over [..., 2, mlp]: the first half du = dy · g · act'(u), the second dg = dy · act(u).
+    p32 = p.astype(jnp.float32)
+    u, g = p32[..., :1, :], p32[..., 1:, :]  # [..., 1, mlp] each
+    a, act_vjp = jax.vjp(act, u)
+    dy = dy.astype(jnp.float32)[..., None, :]  # [..., 1, mlp]
+    first = jax.lax.broadcasted_iota(jnp.int32, p.shape, p.ndim - 2) == 0  # [..., 2, mlp]
+    return (jnp.where(first, act_vjp(dy * g)[0], dy * a).astype(p.dtype),)  # [..., 2, mlp]
+
+
+gated.defvjp(_gated_fwd, _gated_bwd)
+
+
 def weight_init(cfg: BertConfig, *names: str | None, output: bool = False):
     """N(0, σ²) cut at ±2σ (std 0.88σ: Google BERT's ``truncated_normal_initializer`` and PyTorch's
     ``trunc_normal_``), σ = initializer_range; with ``cfg.init_method`` "megatron" (ModernBERT's
@@ -387,8 +424,8 @@ class FeedForward(nnx.Module):
     projection embed → [2, mlp] (kernel [embed, 2, mlp]), act(first) × second, dense(mlp → embed)."""
 
     def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs):
-        self.act = ACTIVATIONS[cfg.hidden_act]
         self.geglu = cfg.ffn == "geglu"
+        self.act = (GATE_ACTIVATIONS if self.geglu else ACTIVATIONS)[cfg.hidden_act]
         self.recompute = cfg.recompute_activation and not self.geglu  # GeGLU measured no gain from it
         d, f = cfg.hidden_size, cfg.intermediate_size
         if self.geglu:
@@ -407,8 +444,7 @@ class FeedForward(nnx.Module):
         # intermediates of GELU's derivative, each as large as the activation (docs/records.md, "GELU
         # recomputed in the backward").
         if self.geglu:
-            y = self.intermediate(x)  # [*tokens, 2, mlp]: the activation's input, the gate
-            y = self.act(y[..., 0, :]) * y[..., 1, :]  # [*tokens, mlp]
+            y = gated(self.act, self.intermediate(x))  # [*tokens, 2, mlp] (act's input, gate) → [*tokens, mlp]
         elif self.recompute and self.intermediate.bias is not None:  # the bias added inside the recomputed
             # activation: the backward keeps the product the matmul wrote, not a second copy with the bias
             bias = self.intermediate.bias[...].astype(self.intermediate.dtype)  # [mlp]

@@ -6,9 +6,10 @@ show first, each stage skipped when what is left of ``--budget_s`` would not cov
 logged and passed over:
 
 1. ``variants``: the default step of BERT-base at 128 tokens, batch 256, bfloat16, beside its variants
-   (``--variant``: the Pallas flash attention, no GELU recompute, cuDNN's layer norm) and Hugging
-   Face's PyTorch BERT in bfloat16, taking turns (`bert_jax.benchmark.peers`); the flash kernel runs
-   once in a child process first, and is left out if that fails.
+   (``--variant``: the Pallas flash attention, it with the fused residual-dropout-LayerNorm kernel,
+   cuDNN's layer norm) and Hugging Face's PyTorch BERT in bfloat16, taking turns
+   (`bert_jax.benchmark.peers`); the Pallas kernels run once in a child process first, and a kernel
+   that fails leaves out the variants that ask for it.
 2. ``profile_before``: the default step (compiled by the first stage: cached) traced and reduced to
    a table (`bert_jax.benchmark.profile`), beside the same program's kernels at the card's roofline
    (`bert_jax.benchmark.roofline`: what the AOT tool predicts without a GPU).

@@ -2,7 +2,8 @@
 the dense feed-forward block recomputes its activation in the backward from its input
 (bert_jax/model/layers.py, `FeedForward`): the same outputs and gradients as differentiating it
 through, and no erf/tanh intermediate kept from the forward to the backward; GeGLU is differentiated
-through, where the recompute measured no gain (docs/records.md, "GELU recomputed in the backward")."""
+through its own backward (`layers.gated`), where the recompute measured no gain (docs/records.md,
+"GELU recomputed in the backward"). GeGLU's exact GELU is computed through erf (`layers.erf_gelu`)."""
 
 import jax
 import jax.numpy as jnp
@@ -11,7 +12,7 @@ import pytest
 from flax import nnx
 
 from bert_jax.model.config import BertConfig
-from bert_jax.model.layers import FeedForward
+from bert_jax.model.layers import FeedForward, erf_gelu, gated
 
 KINDS = {  # BERT's exact GELU, ALBERT's tanh form, ModernBERT's GeGLU; each asked to recompute
     "gelu": dict(hidden_act="gelu"), "gelu_new": dict(hidden_act="gelu_new"),
@@ -76,3 +77,29 @@ def test_the_recompute_keeps_the_product_without_the_bias(kind):
             assert eqn.invars[1].aval.shape == (cfg.intermediate_size,)  # the bias, added inside
             return
     raise AssertionError("no checkpoint around the activation")
+
+
+def test_erf_gelu_is_the_exact_form():
+    """`erf_gelu` (through erf, in float32) gives ``jax.nn.gelu``'s exact form (through erfc) within
+    float32's rounding, and in bfloat16 the float32 value rounded."""
+    x = jnp.linspace(-8.0, 8.0, 2001)  # [2001] float32
+    want = np.asarray(jax.nn.gelu(x, approximate=False))
+    np.testing.assert_allclose(np.asarray(erf_gelu(x)), want, rtol=1e-6, atol=1e-6)
+    xb = x.astype(jnp.bfloat16)  # [2001]: the float32 inputs as bfloat16 holds them
+    got = np.asarray(erf_gelu(xb), np.float32)
+    want = np.asarray(jax.nn.gelu(xb.astype(jnp.float32), approximate=False))
+    np.testing.assert_allclose(got, want, rtol=2 ** -8, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_geglus_backward_is_autodiffs(dtype):
+    """`gated`'s own backward (one pass writing [du, dg]) gives autodiff's gradient of act(u) · g:
+    float32 within 1e-6, bfloat16 within one step of its float32 value."""
+    p = (3 * jax.random.normal(jax.random.key(0), (4, 16, 2, 64))).astype(dtype)  # [batch, length, 2, mlp]
+    dy = jax.random.normal(jax.random.key(1), (4, 16, 64)).astype(dtype)  # [batch, length, mlp]
+    got = jax.vjp(lambda p: gated(erf_gelu, p), p)[1](dy)[0]
+    p32, dy32 = p.astype(jnp.float32), dy.astype(jnp.float32)
+    want = jax.vjp(lambda p: erf_gelu(p[..., 0, :]) * p[..., 1, :], p32)[1](dy32)[0]
+    assert got.dtype == dtype and got.shape == p.shape
+    tol = 1e-6 if dtype == jnp.float32 else 2 ** -8
+    np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want), rtol=tol, atol=tol)
