@@ -209,7 +209,7 @@ def fused_norm_layer(norm: nnx.LayerNorm, x, a, a_bias, key, rate: float, interp
         x, a.astype(x.dtype), scale, bias, a_bias, tokens)
 
 
-def output_bias(proj: nnx.Einsum | nnx.Linear, left_out: bool) -> jax.Array | None:
+def folded_bias(proj: nnx.Einsum | nnx.Linear, left_out: bool) -> jax.Array | None:
     """``proj``'s bias [embed] when its caller left it out (``left_out``) and it has one; else None."""
     return proj.bias[...] if left_out and proj.bias is not None else None
 
@@ -500,9 +500,9 @@ class TransformerBlock(nnx.Module):
             return h + self.dropout(f, deterministic=deterministic, rngs=rngs), probs
         fold = self.norm_impl != "xla"  # the kernel adds the output projections' biases as it loads a
         a, probs = self.attention(x, mask, layout, output_bias=not fold, **attend)
-        h = self.add_norm(self.attention_norm, x, a, output_bias(self.attention.output, fold), deterministic,
+        h = self.add_norm(self.attention_norm, x, a, folded_bias(self.attention.output, fold), deterministic,
                           rngs)  # [*tokens, embed]
         f = self.ffn(h, output_bias=not fold)  # [*tokens, embed]
-        out = self.add_norm(self.output_norm, h, f, output_bias(self.ffn.output, fold), deterministic,
+        out = self.add_norm(self.output_norm, h, f, folded_bias(self.ffn.output, fold), deterministic,
                             rngs)  # [*tokens, embed]
         return out, probs  # [*tokens, embed], [batch, heads, T, S] | None
