@@ -47,7 +47,7 @@ def erf_gelu(x: jax.Array) -> jax.Array:
     return (0.5 * x32 * (1.0 + jax.lax.erf(x32 * np.float32(1 / math.sqrt(2))))).astype(x.dtype)
 
 
-GATE_ACTIVATIONS = {**ACTIVATIONS, "gelu": erf_gelu}  # GeGLU's (ModernBERT's): the same functions
+GATE_ACTIVATIONS = {**ACTIVATIONS, "gelu": erf_gelu}  # GeGLU's (ModernBERT's): the exact GELU through erf
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
