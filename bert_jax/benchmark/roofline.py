@@ -3,7 +3,8 @@
 XLA gives no cost analysis for a GPU program compiled without a GPU (``python -m
 bert_jax.benchmark.aot ... --topology h100``), so the program is read: each instruction of the entry
 computation is one kernel (a fusion, a GEMM, a cuDNN call, a copy); its bytes are its operands' and
-results' sizes (read and written once, no cache), its FLOPs its matrix products'. A kernel takes at
+results' sizes (read and written once, no cache; an operand a fusion reads only through slices, the
+slices'), its FLOPs its matrix products'. A kernel takes at
 least max(bytes / HBM bandwidth, FLOPs / peak), the program the sum: a lower bound with perfect
 kernels and no launch gaps, in the rows of the measured profile (`bert_jax.benchmark.profile.ROWS`).
 """
@@ -24,6 +25,7 @@ BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "
 ARRAY = re.compile(r"\b(" + "|".join(BYTES) + r")\[([0-9,]*)\]")
 LINE = re.compile(r"^\s*(?:ROOT\s+)?%(?P<name>[\w.\-]+)\s+=\s+(?P<shape>.+?)\s(?P<op>[a-z][a-z0-9\-]*)\((?P<args>.*)$")
 DOT = re.compile(r"\s(?P<shape>\S+)\s+dot\(%(?P<lhs>[\w.\-]+),.*?lhs_contracting_dims=\{(?P<k>[0-9,]*)\}")
+SLICES = {"slice", "dynamic-slice"}  # a fusion's parameter read only through these: only their bytes move
 FREE = {"parameter", "constant", "get-tuple-element", "tuple", "bitcast", "after-all", "partition-id", "replica-id"}
 LOOPS = {"while", "conditional", "call"}
 # cuDNN's attention, FLOPs per B·N·T·S·H: 2 products forward (4), 5 backward with the scores recomputed (10).
@@ -77,6 +79,34 @@ def flops(ins, lines: list[str], operand_shapes: list[str], shape: str = "") -> 
     return total
 
 
+def operand_bytes(body: list[str], args: list[str]) -> int:
+    """The bytes a kernel reads of its operands (shapes ``args``): each operand whole, but one that a
+    fusion's computation (``body``) uses only through slices, directly or through bitcasts: those
+    slices' bytes (XLA merges products that share an input, e.g. ModernBERT's q, k and v, into one
+    [tokens, 3·hidden] result, and each consumer reads its third)."""
+    full = [array_bytes(a) for a in args]
+    params, users = {}, collections.defaultdict(list)  # parameter number -> name; name -> its users
+    for m in filter(None, map(LINE.match, body)):
+        if m["op"] == "parameter" and (n := re.match(r"\s*(\d+)\)", m["args"])):
+            params[int(n[1])] = m["name"]
+        for a in set(re.findall(r"%([\w.\-]+)", m["args"])):
+            users[a].append((m["op"], m["name"], m["shape"]))
+
+    def sliced(name: str) -> int | None:  # the bytes of the slices that are all of name's uses, else None
+        total = 0
+        for op, user, shape in users.get(name, []):
+            part = array_bytes(shape) if op in SLICES else sliced(user) if op == "bitcast" else None
+            if part is None:
+                return None
+            total += part
+        return total if users.get(name) else None
+
+    for i, name in params.items():
+        if i < len(full) and (part := sliced(name)) is not None:
+            full[i] = min(full[i], part)
+    return sum(full)
+
+
 def kernels(hlo_text: str) -> list[Kernel]:
     """The entry computation's kernels. Raises ValueError for a program with loops (scanned layers,
     micro-batches): a loop's body would be counted once."""
@@ -104,9 +134,9 @@ def kernels(hlo_text: str) -> list[Kernel]:
         result = array_bytes(m["shape"])
         if op == "custom-call" and len(arrays := ARRAY.findall(m["shape"])) > 1 and arrays[-1][0] in ("u8", "s8"):
             result -= array_bytes("{}[{}]".format(*arrays[-1]))  # cuBLAS's and cuDNN's workspace: not moved
-        out.append(Kernel(name, classify(name, ins, computations), what, result + sum(
-            map(array_bytes, args)), flops(ins, bodies.get(ins.calls, []) if ins and ins.calls else [line], args,
-                                           m["shape"])))
+        body = bodies.get(ins.calls, []) if ins and ins.calls else []
+        out.append(Kernel(name, classify(name, ins, computations), what, result + operand_bytes(body, args),
+                          flops(ins, body if ins and ins.calls else [line], args, m["shape"])))
     return out
 
 

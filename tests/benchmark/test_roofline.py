@@ -149,6 +149,59 @@ def test_a_loop_is_refused_rather_than_counted_once():
         roofline.kernels(looped)
 
 
+# A [1024, 2304] product read by three fusions, as XLA leaves ModernBERT's merged q/k/v products: one
+# reads its third through a bitcast and a slice, one through a dynamic-slice, one through a slice and
+# also whole (a reduction over all of it).
+SLICED_HLO = """HloModule jit_step
+
+%rotary (p0: bf16[1024,2304]) -> bf16[1024,768] {
+  %p0 = bf16[1024,2304]{1,0} parameter(0)
+  %flat = bf16[1024,2304]{1,0} bitcast(%p0)
+  %q = bf16[1024,768]{1,0} slice(%flat), slice={[0:1024], [0:768]}
+  ROOT %neg = bf16[1024,768]{1,0} negate(%q)
+}
+
+%take (p0.1: bf16[1024,2304], p1.1: s32[]) -> bf16[1024,768] {
+  %p0.1 = bf16[1024,2304]{1,0} parameter(0)
+  %p1.1 = s32[] parameter(1)
+  %zero.1 = s32[] constant(0)
+  ROOT %v.1 = bf16[1024,768]{1,0} dynamic-slice(%p0.1, %zero.1, %p1.1), dynamic_slice_sizes={1024,768}
+}
+
+%mixed (p0.2: bf16[1024,2304]) -> (bf16[1024,768], bf16[1024]) {
+  %p0.2 = bf16[1024,2304]{1,0} parameter(0)
+  %k = bf16[1024,768]{1,0} slice(%p0.2), slice={[0:1024], [768:1536]}
+  %zero.2 = bf16[] constant(0)
+  %sum = bf16[1024]{0} reduce(%p0.2, %zero.2), dimensions={1}, to_apply=%add
+  ROOT %t = (bf16[1024,768]{1,0}, bf16[1024]{0}) tuple(%k, %sum)
+}
+
+ENTRY %main (qkv: bf16[1024,2304], i: s32[]) -> bf16[1024,768] {
+  %qkv = bf16[1024,2304]{1,0} parameter(0)
+  %i = s32[] parameter(1)
+  %r = bf16[1024,768]{1,0} fusion(%qkv), kind=kLoop, calls=%rotary
+  %v = bf16[1024,768]{1,0} fusion(%qkv, %i), kind=kLoop, calls=%take
+  %m = (bf16[1024,768]{1,0}, bf16[1024]{0}) fusion(%qkv), kind=kInput, calls=%mixed
+  ROOT %out = bf16[1024,768]{1,0} add(%r, %v)
+}
+"""
+
+
+def test_an_operand_read_only_through_slices_moves_only_their_bytes():
+    ks = {k.name: k for k in roofline.kernels(SLICED_HLO)}
+    third, whole = 2 * 1024 * 768, 2 * 1024 * 2304
+    assert ks["r"].bytes == third + third  # its slice (through a bitcast) and its result
+    assert ks["v"].bytes == third + 4 + third  # the dynamic slice, the index (whole: 4 bytes), the result
+    assert ks["m"].bytes == whole + third + 2 * 1024  # read whole by the reduction: all of it
+    assert ks["out"].bytes == 3 * third  # no fusion: its operands whole
+
+
+def test_a_slice_in_a_program_xla_compiled_here_moves_only_its_bytes():
+    x = jax.ShapeDtypeStruct((64, 48), jnp.float32)
+    text = jax.jit(lambda x: jnp.sin(x[:, 16:32]) * 2).lower(x).compile().as_text()
+    assert sum(k.bytes for k in roofline.kernels(text)) == 4 * 64 * 16 * 2  # the slice read, the result written
+
+
 def test_the_products_of_a_program_xla_compiled_here():
     """The FLOPs read from a real compiled program (this machine's) are 2·M·N·K per product."""
     x = jax.ShapeDtypeStruct((64, 48), jnp.float32)
