@@ -93,13 +93,9 @@ def operand_bytes(body: list[str], args: list[str]) -> int:
             users[a].append((m["op"], m["name"], m["shape"]))
 
     def sliced(name: str) -> int | None:  # the bytes of the slices that are all of name's uses, else None
-        total = 0
-        for op, user, shape in users.get(name, []):
-            part = array_bytes(shape) if op in SLICES else sliced(user) if op == "bitcast" else None
-            if part is None:
-                return None
-            total += part
-        return total if users.get(name) else None
+        parts = [array_bytes(shape) if op in SLICES else sliced(user) if op == "bitcast" else None
+                 for op, user, shape in users.get(name, [])]
+        return sum(parts) if parts and None not in parts else None
 
     for i, name in params.items():
         if i < len(full) and (part := sliced(name)) is not None:
@@ -134,9 +130,9 @@ def kernels(hlo_text: str) -> list[Kernel]:
         result = array_bytes(m["shape"])
         if op == "custom-call" and len(arrays := ARRAY.findall(m["shape"])) > 1 and arrays[-1][0] in ("u8", "s8"):
             result -= array_bytes("{}[{}]".format(*arrays[-1]))  # cuBLAS's and cuDNN's workspace: not moved
-        body = bodies.get(ins.calls, []) if ins and ins.calls else []
-        out.append(Kernel(name, classify(name, ins, computations), what, result + operand_bytes(body, args),
-                          flops(ins, body if ins and ins.calls else [line], args, m["shape"])))
+        body = bodies.get(ins.calls, []) if ins and ins.calls else None  # a fusion's computation
+        out.append(Kernel(name, classify(name, ins, computations), what, result + operand_bytes(body or [], args),
+                          flops(ins, [line] if body is None else body, args, m["shape"])))
     return out
 
 
