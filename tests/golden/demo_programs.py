@@ -1,0 +1,95 @@
+"""The programs behind README's demo table, fingerprinted: ``python tests/golden/demo_programs.py``
+writes ``tests/golden/demo_programs.json``; ``tests/test_demo_programs.py`` checks them.
+
+README's demo table and docs/images/demo_curve.png are numbers of one ``make demo FRESH=1`` run (and
+``python -m bert_jax.demo --curve``), minutes of training that no fast test can repeat. Any change to
+the float arithmetic of the steps that run made those numbers stale (the GeGLU commit's exact GELU
+moved the headline by 0.001, found a stop later). So the file records, for the versions that made the
+table, a SHA-256 of each step's program as JAX lowers it on a CPU (StableHLO text, from shapes only,
+one device; the same text on any CPU): the tiny ModernBERT's pre-training step (configs/demo.py) and
+the fine-tuning steps of its classifier and of all-MiniLM-L6-v2's (configs/sentiment.py as the demo
+sets it). Not covered: the data pipeline (tokenizer, masks, row order) and the host-side loops.
+
+When a change moves a fingerprint: re-run ``make demo FRESH=1`` and ``python -m bert_jax.demo --curve``
+on the same workdir, update README's table, the figure and the record ("Two pre-training seeds of
+ModernBERT's masked LM"), then run this script. A change that only adds to a program's outputs (a new
+metric) leaves the numbers as they were: say so in the commit and run this script.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import sys
+from pathlib import Path
+
+GOLDEN = Path(__file__).with_name("demo_programs.json")
+# The packages whose code is in the programs: another version of any of them lowers other text.
+PACKAGES = ("jax", "jaxlib", "flax", "optax")
+# all-MiniLM-L6-v2's shapes (its config.json): the demo's MiniLM row, without reading the checkpoint.
+MINILM = dict(hidden_size=384, num_layers=6, num_heads=12, intermediate_size=1536, max_position_embeddings=512)
+
+
+def versions() -> dict[str, str]:
+    return {p: importlib.metadata.version(p) for p in PACKAGES}
+
+
+def lowered(config) -> str:
+    """``config``'s training step (`bert_jax.benchmark.trainer_steps.build`) lowered for this
+    platform from shapes on one device: StableHLO text."""
+    import jax
+
+    from bert_jax.benchmark import trainer_steps
+    from bert_jax.training import sharding as sh
+    from bert_jax.training.trainer import resolved
+
+    mesh = sh.config_mesh(config, jax.devices()[:1])
+    config = resolved(config, mesh)
+    steps, _, shapes = trainer_steps.build(config, mesh)
+    batch = {k: jax.ShapeDtypeStruct(s, d) for k, (s, d) in shapes.items()}
+    rng = jax.eval_shape(lambda: jax.random.key(0, impl=config.rng_impl))
+    return steps.train_fn.lower(steps.layout.abstract, batch, rng).as_text()
+
+
+def finetuning(row: str, model: dict):
+    """configs/sentiment.py as the demo sets it for fine-tuning row ``row`` (`bert_jax.demo.pipeline`),
+    ``model``'s fields on top of its model's (where sentiment's are None or absent: as a warm start keeps
+    the checkpoint's shape and takes the fine-tuning's execution fields)."""
+    from bert_jax.demo import pipeline as demo
+
+    s = (dict(demo.MINILM_FINETUNE, size="tiny") if row == "minilm" else
+         dict(demo.TINY_FINETUNE, size="modernbert-tiny", lr=demo.FINETUNE_LR[row]))
+    config, _ = demo.load_config("sentiment", f"size={s['size']},lr={s['lr']},epochs={s['epochs']}",
+                                 {"model.classifier_pooling": demo.CLASSIFIER_POOLING, "batch_size": s["batch"],
+                                  **s["execution"]})
+    with config.unlocked():
+        config.model.update({k: v for k, v in model.items() if config.model.get(k) is None})
+    return config
+
+
+def programs() -> dict[str, str]:
+    """{step: SHA-256 of its lowered text} of the demo's default rows."""
+    from bert_jax.config_args import load_config_file
+    from bert_jax.demo import pipeline as demo
+
+    model = demo.DEFAULT_PRETRAIN_MODEL
+    pretraining = load_config_file("demo", f"model={model}")
+    pretraining.model.vocab_size = demo.VOCAB_SIZE
+    encoder = {k: v for k, v in pretraining.model.items() if v is not None}
+    configs = {"pretraining": pretraining,
+               "finetuning_pretrained": finetuning(model, encoder),
+               "finetuning_scratch": finetuning(demo.scratch_key(model), {"vocab_size": demo.VOCAB_SIZE}),
+               "finetuning_minilm": finetuning("minilm", dict(MINILM, vocab_size=30522))}
+    return {name: hashlib.sha256(lowered(c).encode()).hexdigest() for name, c in configs.items()}
+
+
+def main() -> int:
+    record = {"made_by": "python tests/golden/demo_programs.py", "versions": versions(), "programs": programs()}
+    GOLDEN.write_text(json.dumps(record, indent=2) + "\n")
+    print(json.dumps(record, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
