@@ -58,7 +58,7 @@ class PreTraining:
         # cadence, a resume), and the collapse warning compares like with like against step 0.
         self.eval_data = None if eval_source(config) is None else \
             HeldOutBatches(make_input(config, "eval", self.block), config.eval_steps)
-        if is_main and self.eval_data is not None:
+        if is_main and self.eval_data is not None and config.data.kind == "pretraining":  # shards (tf.data)
             from input_pipeline.pretraining.dataset import eval_repeats
 
             if warning := eval_repeats(config, jax.process_count()):  # what the dry run warns of too

@@ -3,7 +3,10 @@
 Events go to ``<workdir>/tensorboard/<name>`` (``train``, ``eval``), so ``tensorboard --logdir
 <workdir>/tensorboard`` shows the curves; ``metrics.jsonl`` holds one JSON object per write, with
 ``"split"`` and ``"step"`` keys, for scripts. On object stores without append (``gs://``) the
-file is rewritten whole (write to a temporary name, then rename) at every write.
+file is rewritten whole (write to a temporary name, then rename) at every write. The event files come
+from TensorBoard's own writer (`tensorboard.summary.Writer`: it needs no TensorFlow, so the synthetic-data
+trainer runs where TensorFlow is absent; where it is installed, TensorBoard writes through its file
+systems, ``gs://`` included).
 """
 
 from __future__ import annotations
@@ -30,17 +33,15 @@ class MetricWriter:
                 self._jsonl = open(path, "a", encoding="utf-8")  # noqa: SIM115
 
     def _writer(self, split: str):
-        import tensorflow as tf
+        from tensorboard.summary import Writer
 
         if split not in self._tb:
-            self._tb[split] = tf.summary.create_file_writer(str(self.workdir / "tensorboard" / split))
+            self._tb[split] = Writer(str(self.workdir / "tensorboard" / split))
         return self._tb[split]
 
     def write(self, step: int, metrics: dict[str, float], split: str = "train") -> None:
         if not self.enabled:
             return
-        import tensorflow as tf
-
         clean = {k: float(v) for k, v in metrics.items()}
         line = json.dumps({"split": split, "step": int(step), **{
             k: (v if math.isfinite(v) else str(v)) for k, v in clean.items()}})
@@ -52,10 +53,10 @@ class MetricWriter:
             tmp = self.workdir / "metrics.jsonl.tmp"
             tmp.write_text("\n".join(self._rows) + "\n", encoding="utf-8")
             tmp.replace(self.workdir / "metrics.jsonl")
-        with self._writer(split).as_default():
-            for k, v in clean.items():
-                tf.summary.scalar(k, v, step=int(step))
-        self._writer(split).flush()
+        writer = self._writer(split)
+        for k, v in clean.items():
+            writer.add_scalar(k, v, step=int(step))
+        writer.flush()
 
     def close(self) -> None:
         if self._jsonl is not None:

@@ -2,6 +2,7 @@
 ``--quick`` (tiny shapes), stage by stage; its arguments; a stage that fails leaves the others."""
 
 import json
+import re
 
 import pytest
 
@@ -119,3 +120,27 @@ def test_bad_arguments_are_one_line(tmp_path, argv, message, capsys):
     err = capsys.readouterr().err
     assert e.value.code == 2 and message in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "gpu").exists()
+
+
+@pytest.mark.slow  # ~30 s: every stage on tiny shapes, in a child process
+def test_every_stage_runs_where_tensorflow_is_absent(tmp_path):
+    """The bare GPU machine has no TensorFlow (tests/fixtures/no_tensorflow hides it here): no stage may
+    need it, the numerics stage's pytest child included. PyTorch's stages run where torch is installed."""
+    import importlib.util
+    import os
+    import subprocess
+    import sys
+
+    root = gpu_run.ROOT
+    stages = [s for s in gpu_run.COST if importlib.util.find_spec("torch") or s not in ("variants", "torch_compile")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "tests" / "fixtures" / "no_tensorflow"), str(root)]),
+           "XLA_FLAGS": ""}
+    r = subprocess.run([sys.executable, "tests/gpu/run.py", "--out", str(tmp_path / "gpu"), "--quick", "--stages",
+                        ",".join(stages), "--budget_s", "600", "--cache", str(tmp_path / "cache")],
+                       cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    summary = (tmp_path / "gpu" / "summary.md").read_text()
+    assert r.returncode == 0 and not re.search(r"^## .*: (failed|skipped)", summary, re.M), (summary, r.stderr[-3000:])
+    results = {(row := json.loads(line))["stage"]: row["result"]
+               for line in (tmp_path / "gpu" / "results.jsonl").read_text().splitlines()}
+    assert list(results) == stages
+    assert results["numerics"]["returncode"] == 0, (tmp_path / "gpu" / "numerics.txt").read_text()[-3000:]

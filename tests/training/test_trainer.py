@@ -47,7 +47,23 @@ def test_outputs(straight_run):
     assert "mlm_unigram_cross_entropy" not in evals[0]
     assert all(r["mlm_unigram_cross_entropy"] > r["mlm_unigram_entropy"] for r in evals[1:])
     assert last["train"]["loss"] == train[-1]["loss"]
-    assert list((workdir / "tensorboard" / "train").glob("events.out.tfevents.*"))
+    for split, rows in (("train", train), ("eval", evals)):  # TensorBoard's scalars: metrics.jsonl's, in float32
+        scalars = tensorboard_scalars(workdir / "tensorboard" / split)
+        assert set(scalars) == {k for r in rows for k in r} - {"split", "step"}
+        assert scalars["loss"] == [(r["step"], np.float32(r["loss"])) for r in rows]
+
+
+def tensorboard_scalars(directory: Path) -> dict[str, list[tuple[int, float]]]:
+    """{tag: [(step, value)]} of the event files in ``directory``, as TensorBoard reads them (its
+    scalars plugin)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.util.tensor_util import make_ndarray
+
+    events = EventAccumulator(str(directory))
+    events.Reload()
+    tags = events.Tags()["tensors"]
+    assert all(events.SummaryMetadata(t).plugin_data.plugin_name == "scalars" for t in tags)
+    return {t: [(e.step, make_ndarray(e.tensor_proto).item()) for e in events.Tensors(t)] for t in tags}
 
 
 def test_resume_is_exact(straight_run, tmp_path, tiny_config):
