@@ -127,17 +127,15 @@ def test_every_stage_runs_where_tensorflow_is_absent(tmp_path):
     """The bare GPU machine has no TensorFlow (tests/fixtures/no_tensorflow hides it here): no stage may
     need it, the numerics stage's pytest child included. PyTorch's stages run where torch is installed."""
     import importlib.util
-    import os
     import subprocess
     import sys
 
-    root = gpu_run.ROOT
+    from tests.fixtures.no_tensorflow import environment
+
     stages = [s for s in gpu_run.COST if importlib.util.find_spec("torch") or s not in ("variants", "torch_compile")]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "tests" / "fixtures" / "no_tensorflow"), str(root)]),
-           "XLA_FLAGS": ""}
     r = subprocess.run([sys.executable, "tests/gpu/run.py", "--out", str(tmp_path / "gpu"), "--quick", "--stages",
                         ",".join(stages), "--budget_s", "600", "--cache", str(tmp_path / "cache")],
-                       cwd=root, env=env, capture_output=True, text=True, timeout=900)
+                       cwd=gpu_run.ROOT, env=environment(), capture_output=True, text=True, timeout=900)
     summary = (tmp_path / "gpu" / "summary.md").read_text()
     assert r.returncode == 0 and not re.search(r"^## .*: (failed|skipped)", summary, re.M), (summary, r.stderr[-3000:])
     results = {(row := json.loads(line))["stage"]: row["result"]

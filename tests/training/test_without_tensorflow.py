@@ -1,20 +1,16 @@
 """Where TensorFlow is absent (a bare GPU machine: JAX, Flax, Optax, Orbax, PyTorch, transformers), the
 synthetic-data trainer still runs, evaluates, checkpoints and writes its metrics (tests/fixtures/no_tensorflow)."""
 
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 from bert_jax.training.metric_writer import read_metrics
-
-ROOT = Path(__file__).resolve().parents[2]
-ABSENT = ROOT / "tests" / "fixtures" / "no_tensorflow"
+from tests.fixtures.no_tensorflow import ROOT, environment
 
 
 def without_tensorflow(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ABSENT), str(ROOT)]), "XLA_FLAGS": ""}
-    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=environment(), capture_output=True, text=True,
+                          timeout=600)
 
 
 def test_the_fixture_hides_tensorflow():
