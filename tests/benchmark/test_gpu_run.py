@@ -142,3 +142,6 @@ def test_every_stage_runs_where_tensorflow_is_absent(tmp_path):
                for line in (tmp_path / "gpu" / "results.jsonl").read_text().splitlines()}
     assert list(results) == stages
     assert results["numerics"]["returncode"] == 0, (tmp_path / "gpu" / "numerics.txt").read_text()[-3000:]
+    assert results["trainer"]["returncode"] == 0 and results["trainer"]["checkpoints"] == [10, 20], \
+        (tmp_path / "gpu" / "trainer.txt").read_text()[-3000:]
+    assert results["trainer"]["eval"]["step"] == 20 and results["trainer"]["train"]["step"] == 20

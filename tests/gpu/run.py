@@ -18,14 +18,16 @@ logged and passed over:
 4. ``sizes``: BERT-base at 512 (batch 32), BERT-large at 512 (batch 16), ModernBERT-base at 1,024
    (batch 16), each once: with the fastest flags (a variant that beat the default by over 3%), else
    the default; the next size only while 45 s of the budget are left.
-5. ``attention_kernels``: attention alone, forward and backward, at BERT-base's and ModernBERT's shapes:
+5. ``trainer``: ``train.py`` itself on synthetic batches (the tiny model, 20 steps, evaluated and
+   checkpointed) in a child process: the trainer runs on this GPU without TensorFlow.
+6. ``attention_kernels``: attention alone, forward and backward, at BERT-base's and ModernBERT's shapes:
    the flash kernel's tilings, with and without its dropout, against XLA's explicit path and cuDNN,
    each beside its roofline (tests/gpu/attention_kernels.py).
-6. ``torch_compile``: the fastest step against Hugging Face's under ``torch.compile``.
-7. ``combined``: the variants that beat the default by more than 3% together, against the default.
-8. ``profile_after``: the fastest step traced and reduced like the default.
+7. ``torch_compile``: the fastest step against Hugging Face's under ``torch.compile``.
+8. ``combined``: the variants that beat the default by more than 3% together, against the default.
+9. ``profile_after``: the fastest step traced and reduced like the default.
 
-DIR gets ``summary.md`` (the tables), ``results.jsonl`` (every result), ``log.txt``, ``numerics.txt``
+DIR gets ``summary.md`` (the tables), ``results.jsonl`` (every result), ``log.txt``, ``numerics.txt``, ``trainer.txt``
 and ``profile_before.tar.gz`` / ``profile_after.tar.gz`` (trace, HLO and metadata: ``tar xzf`` and
 ``python -m bert_jax.benchmark.profile`` reduce them again). ``--quick`` runs the same stages on tiny
 shapes (a dry run on a CPU).
@@ -77,7 +79,7 @@ QUICK = ["--size", "tiny", "--seq_len", "32", "--batch_size", "4", "--vocab_size
 # Seconds each stage is expected to take on one H100/H200 (compiles dominate); a stage starts only if
 # what is left of the budget covers it.
 # The sizes stage starts with one size's worth and measures each next size while 45 s are left.
-COST = {"variants": 175, "profile_before": 25, "numerics": 155, "sizes": 60, "attention_kernels": 70,
+COST = {"variants": 175, "profile_before": 25, "numerics": 155, "sizes": 60, "trainer": 25, "attention_kernels": 70,
         "torch_compile": 100, "combined": 60, "profile_after": 40}
 MARGIN = 0.03  # a variant counts as faster beyond this share of the default's step (turns differ by ~1-2%)
 
@@ -352,6 +354,32 @@ def sizes(run: Run) -> dict:
     return out
 
 
+# The trainer itself on synthetic batches (what this machine can train without TensorFlow): the tiny model
+# at its config's batch (256 x 128), evaluated, checkpointed and logged as any run.
+TRAINER = ["train.py", "--config", "configs/pretrain.py:size=tiny,synthetic", "--config.num_train_steps=20",
+           "--config.eval_every=10", "--config.eval_steps=2", "--config.checkpoint_every=10"]
+
+
+def trainer(run: Run) -> dict:
+    """``train.py`` on synthetic batches in a child process that allocates as it goes."""
+    import tempfile
+
+    from bert_jax.training.metric_writer import read_metrics
+
+    workdir = Path(tempfile.mkdtemp(prefix="bert_jax_gpu_trainer_"))  # its checkpoints stay out of DIR
+    env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    small = ["--config.batch_size=4", "--config.data.max_seq_length=32", "--config.data.max_predictions_per_seq=5"]
+    p = subprocess.run([sys.executable, *TRAINER, *(small if run.quick else []), "--workdir", str(workdir)], env=env,
+                       capture_output=True, text=True, timeout=max(run.left() - 30, 60), cwd=ROOT)
+    (run.out / "trainer.txt").write_text(p.stdout + p.stderr)
+    rows = read_metrics(workdir) if (workdir / "metrics.jsonl").is_file() else []
+    last = {split: next((r for r in reversed(rows) if r["split"] == split), {}) for split in ("train", "eval")}
+    checkpoints = sorted(int(c.name) for c in (workdir / "checkpoints").glob("[0-9]*"))
+    run.note(f"## The trainer (`python {' '.join(TRAINER)}`)\n\nexit status {p.returncode}; checkpoints {checkpoints}; "
+             f"last train row {json.dumps(last['train'])}; last eval row {json.dumps(last['eval'])}")
+    return {"returncode": p.returncode, "checkpoints": checkpoints, **last}
+
+
 def torch_compile(run: Run) -> dict:
     flags = fastest_flags(run)
     argv = [*shapes(run, BASE), *timing(run), "--compare", "hf-torch,hf-torch-compile"]
@@ -393,7 +421,7 @@ def main(argv=None) -> int:
               "variants": lambda: variants(run),
               "combined": lambda: combined(run), "profile_after": lambda: profiled(run, "profile_after",
                                                                                      fastest_flags(run)),
-              "sizes": lambda: sizes(run), "torch_compile": lambda: torch_compile(run),
+              "sizes": lambda: sizes(run), "trainer": lambda: trainer(run), "torch_compile": lambda: torch_compile(run),
               "attention_kernels": lambda: attention_kernels(run)}
     import jax
 
