@@ -366,15 +366,16 @@ def trainer(run: Run) -> dict:
 
     from bert_jax.training.metric_writer import read_metrics
 
-    workdir = Path(tempfile.mkdtemp(prefix="bert_jax_gpu_trainer_"))  # its checkpoints stay out of DIR
     env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
     small = ["--config.batch_size=4", "--config.data.max_seq_length=32", "--config.data.max_predictions_per_seq=5"]
-    p = subprocess.run([sys.executable, *TRAINER, *(small if run.quick else []), "--workdir", str(workdir)], env=env,
-                       capture_output=True, text=True, timeout=max(run.left() - 30, 60), cwd=ROOT)
+    with tempfile.TemporaryDirectory(prefix="bert_jax_gpu_trainer_") as tmp:  # its checkpoints stay out of DIR
+        workdir = Path(tmp)
+        p = subprocess.run([sys.executable, *TRAINER, *(small if run.quick else []), "--workdir", str(workdir)],
+                           env=env, capture_output=True, text=True, timeout=max(run.left() - 30, 60), cwd=ROOT)
+        rows = read_metrics(workdir) if (workdir / "metrics.jsonl").is_file() else []
+        checkpoints = sorted(int(c.name) for c in (workdir / "checkpoints").glob("[0-9]*"))
     (run.out / "trainer.txt").write_text(p.stdout + p.stderr)
-    rows = read_metrics(workdir) if (workdir / "metrics.jsonl").is_file() else []
     last = {split: next((r for r in reversed(rows) if r["split"] == split), {}) for split in ("train", "eval")}
-    checkpoints = sorted(int(c.name) for c in (workdir / "checkpoints").glob("[0-9]*"))
     run.note(f"## The trainer (`python {' '.join(TRAINER)}`)\n\nexit status {p.returncode}; checkpoints {checkpoints}; "
              f"last train row {json.dumps(last['train'])}; last eval row {json.dumps(last['eval'])}")
     return {"returncode": p.returncode, "checkpoints": checkpoints, **last}
