@@ -368,17 +368,22 @@ def finetune_rows(args, data: dict, vocab: str, pretrained: dict[tuple[str, int]
     return rows
 
 
+def finetune_config(args, init: str, row_vocab: str, s: dict, split: str):
+    """configs/sentiment.py for one row (``s``: its settings, `finetune_rows`) scored on ``split``, and the
+    train.py command line that gives it."""
+    overrides = {"task.source": args.task_file, "task.validation_every": VALIDATION_EVERY, "task.eval_splits": split,
+                 "init_checkpoint": init, "vocab": row_vocab, "model.classifier_pooling": CLASSIFIER_POOLING,
+                 "seeds": s["seeds"], "max_train_examples": s["max_train_examples"], "batch_size": s["batch"],
+                 "num_train_steps": args.finetune_steps, "log_every": 25, **s.get("execution", {})}
+    return load_config("sentiment", f"size={s.get('size', 'tiny')},lr={s['lr']},epochs={s['epochs']}", overrides)
+
+
 def finetune_run(args, directory: Path, init: str, vocab: str, row_vocab: str, s: dict, split: str):
     """One row's fine-tuning (all its seeds) in ``directory``, scored on ``split``; reuses finished
     results. Returns (config, results, whether they were reused)."""
     from bert_jax import launch
 
-    overrides = {"task.source": args.task_file, "task.validation_every": VALIDATION_EVERY, "task.eval_splits": split,
-                 "init_checkpoint": init, "vocab": row_vocab, "model.classifier_pooling": CLASSIFIER_POOLING,
-                 "seeds": s["seeds"], "max_train_examples": s["max_train_examples"], "batch_size": s["batch"],
-                 "num_train_steps": args.finetune_steps, "log_every": 25, **s.get("execution", {})}
-    config, command = load_config("sentiment", f"size={s.get('size', 'tiny')},lr={s['lr']},epochs={s['epochs']}",
-                                  overrides)
+    config, command = finetune_config(args, init, row_vocab, s, split)
     # As for pre-training, the resolved config is in the stamp: a new default in
     # configs/sentiment.py redoes the row instead of reusing its old results.
     st = Stage(directory, {"command": command, "task_file": args.task_file, "vocab": vocab, "config": config.to_dict()})

@@ -53,16 +53,16 @@ def lowered(config) -> str:
 
 
 def finetuning(row: str, model: dict):
-    """configs/sentiment.py as the demo sets it for fine-tuning row ``row`` (`bert_jax.demo.pipeline`),
-    ``model``'s fields on top of its model's (where sentiment's are None or absent: as a warm start keeps
-    the checkpoint's shape and takes the fine-tuning's execution fields)."""
+    """The demo's configs/sentiment.py for fine-tuning row ``row`` (`bert_jax.demo.pipeline.finetune_config`),
+    ``model``'s fields on top of its model's where sentiment's are None or absent: as a warm start keeps
+    the checkpoint's shape and takes the fine-tuning's execution fields."""
     from bert_jax.demo import pipeline as demo
 
-    s = (dict(demo.MINILM_FINETUNE, size="tiny") if row == "minilm" else
-         dict(demo.TINY_FINETUNE, size="modernbert-tiny", lr=demo.FINETUNE_LR[row]))
-    config, _ = demo.load_config("sentiment", f"size={s['size']},lr={s['lr']},epochs={s['epochs']}",
-                                 {"model.classifier_pooling": demo.CLASSIFIER_POOLING, "batch_size": s["batch"],
-                                  **s["execution"]})
+    args = demo.parse_args([])
+    s = (demo.MINILM_FINETUNE if row == "minilm" else
+         dict(demo.TINY_FINETUNE, seeds=args.seeds, size=demo.ENCODER_SIZE[demo.DEFAULT_PRETRAIN_MODEL],
+              lr=demo.FINETUNE_LR[row]))
+    config, _ = demo.finetune_config(args, "", "", s, "dev")
     with config.unlocked():
         config.model.update({k: v for k, v in model.items() if config.model.get(k) is None})
     return config
