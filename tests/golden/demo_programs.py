@@ -52,16 +52,13 @@ def lowered(config) -> str:
     return steps.train_fn.lower(steps.layout.abstract, batch, rng).as_text()
 
 
-def finetuning(row: str, model: dict):
-    """The demo's configs/sentiment.py for fine-tuning row ``row`` (`bert_jax.demo.pipeline.finetune_config`),
-    ``model``'s fields on top of its model's where sentiment's are None or absent: as a warm start keeps
-    the checkpoint's shape and takes the fine-tuning's execution fields."""
+def finetuning(args, s: dict, model: dict):
+    """The demo's configs/sentiment.py for a fine-tuning row's settings ``s``
+    (`bert_jax.demo.pipeline.finetune_config`), ``model``'s fields on top of its model's where
+    sentiment's are None or absent: as a warm start keeps the checkpoint's shape and takes the
+    fine-tuning's execution fields."""
     from bert_jax.demo import pipeline as demo
 
-    args = demo.parse_args([])
-    s = (demo.MINILM_FINETUNE if row == "minilm" else
-         dict(demo.TINY_FINETUNE, seeds=args.seeds, size=demo.ENCODER_SIZE[demo.DEFAULT_PRETRAIN_MODEL],
-              lr=demo.FINETUNE_LR[row]))
     config, _ = demo.finetune_config(args, "", "", s, "dev")
     with config.unlocked():
         config.model.update({k: v for k, v in model.items() if config.model.get(k) is None})
@@ -69,18 +66,19 @@ def finetuning(row: str, model: dict):
 
 
 def programs() -> dict[str, str]:
-    """{step: SHA-256 of its lowered text} of the demo's default rows."""
+    """{step: SHA-256 of its lowered text} of the demo's default rows (`bert_jax.demo.pipeline.finetune_rows`)."""
     from bert_jax.config_args import load_config_file
     from bert_jax.demo import pipeline as demo
 
-    model = demo.DEFAULT_PRETRAIN_MODEL
+    model, args = demo.DEFAULT_PRETRAIN_MODEL, demo.parse_args([])
     pretraining = load_config_file("demo", f"model={model}")
     pretraining.model.vocab_size = demo.VOCAB_SIZE
     encoder = {k: v for k, v in pretraining.model.items() if v is not None}
+    rows = {key: s for key, *_, s in demo.finetune_rows(args, {"minilm": True}, "", {(model, 0): Path("pretrained")})}
     configs = {"pretraining": pretraining,
-               "finetuning_pretrained": finetuning(model, encoder),
-               "finetuning_scratch": finetuning(demo.scratch_key(model), {"vocab_size": demo.VOCAB_SIZE}),
-               "finetuning_minilm": finetuning("minilm", dict(MINILM, vocab_size=30522))}
+               "finetuning_pretrained": finetuning(args, rows["pretrained-pretrained"], encoder),
+               "finetuning_scratch": finetuning(args, rows[demo.scratch_key(model)], {"vocab_size": demo.VOCAB_SIZE}),
+               "finetuning_minilm": finetuning(args, rows["minilm"], dict(MINILM, vocab_size=30522))}
     return {name: hashlib.sha256(lowered(c).encode()).hexdigest() for name, c in configs.items()}
 
 
