@@ -103,6 +103,24 @@ def test_a_failing_stage_is_logged_and_the_run_goes_on(tmp_path, monkeypatch):
     assert "## Combined: 0 variant(s) beat the default" in summary
 
 
+@pytest.mark.parametrize("stage", ["numerics", "trainer"])
+def test_a_child_process_that_fails_reads_as_a_failed_stage(tmp_path, monkeypatch, stage):
+    """The numerics and trainer stages run a child process; one that exits non-zero (pytest that could
+    not start, a trainer that crashed) heads the summary as a failed stage does, not as a table."""
+    import subprocess
+    import types
+
+    def crashed(cmd, **kwargs):
+        return subprocess.CompletedProcess(cmd, 3, stdout="", stderr="ImportError: no module named x\n")
+
+    monkeypatch.setattr(gpu_run.subprocess, "run", crashed)
+    run = gpu_run.Run(tmp_path / "gpu", 100, quick=True, args=types.SimpleNamespace(pytest_k="", costs={}))
+    assert run.stage(stage, getattr(gpu_run, stage), run)["returncode"] == 3
+    summary = (tmp_path / "gpu" / "summary.md").read_text()
+    assert re.search(rf"^## {stage}: failed \(exit status 3\)", summary, re.M), summary
+    assert "ImportError" in (tmp_path / "gpu" / f"{stage}.txt").read_text()
+
+
 def test_a_stage_the_budget_cannot_cover_is_skipped(tmp_path):
     out = tmp_path / "gpu"
     gpu_run.main(["--out", str(out), "--stages", "sizes", "--budget_s", "10", "--cache", str(tmp_path / "c")])

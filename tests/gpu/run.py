@@ -118,6 +118,11 @@ class Run:
                                default=str) + "\n")
         return result
 
+    @staticmethod
+    def title(name: str, heading: str, returncode: int) -> str:
+        """A child process's heading: a failed child's reads like a failed stage's."""
+        return f"## {heading}" if returncode == 0 else f"## {name}: failed (exit status {returncode}): {heading}"
+
     def note(self, text: str) -> None:
         print(text, flush=True)
         self.summary.append(text)
@@ -146,8 +151,8 @@ def numerics(run: Run) -> dict:
     (run.out / "numerics.txt").write_text(p.stdout + p.stderr)
     tail = (p.stdout.strip().splitlines() or [""])[-1]
     lines = [x for x in p.stdout.splitlines() if "relative" in x]
-    run.note("## The GPU against the CPU (pytest tests/gpu)\n\n" + f"exit status {p.returncode}: {tail}\n\n"
-             + "\n".join(f"    {x}" for x in lines))
+    run.note(f"{run.title('numerics', 'The GPU against the CPU (pytest tests/gpu)', p.returncode)}\n\n"
+             f"exit status {p.returncode}: {tail}\n\n" + "\n".join(f"    {x}" for x in lines))
     return {"returncode": p.returncode, "tail": tail, "lines": lines}
 
 
@@ -376,7 +381,9 @@ def trainer(run: Run) -> dict:
         checkpoints = sorted(int(c.name) for c in (workdir / "checkpoints").glob("[0-9]*"))
     (run.out / "trainer.txt").write_text(p.stdout + p.stderr)
     last = {split: next((r for r in reversed(rows) if r["split"] == split), {}) for split in ("train", "eval")}
-    run.note(f"## The trainer (`python {' '.join(TRAINER)}`)\n\nexit status {p.returncode}; checkpoints {checkpoints}; "
+    command = " ".join(TRAINER)
+    run.note(f"{run.title('trainer', f'The trainer (`python {command}`)', p.returncode)}\n\n"
+             f"exit status {p.returncode}; checkpoints {checkpoints}; "
              f"last train row {json.dumps(last['train'])}; last eval row {json.dumps(last['eval'])}")
     return {"returncode": p.returncode, "checkpoints": checkpoints, **last}
 
