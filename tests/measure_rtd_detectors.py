@@ -65,7 +65,7 @@ def trained_model(workdir: str, kind: str):
     else:
         model = ElectraDiscriminator(cfg, rngs=nnx.Rngs(0))
     stored, where = read_params(workdir)
-    ours = tuple(f"{name}/" for name in nnx.state(model, nnx.Param).to_pure_dict())
+    ours = tuple(f"{name}/" for name in nnx.to_pure_dict(nnx.state(model, nnx.Param)))
     load_params(model, {k: v for k, v in stored.items() if k.startswith(ours)}, where=str(where))
     return nnx.split(model)
 

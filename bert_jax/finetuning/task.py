@@ -263,7 +263,7 @@ class FineTuning:
             return layout.create(seed)
         model = nnx.jit(lambda: layout.make_model(seed))()
         self.warm.load_encoder(model)
-        return layout.from_params(nnx.state(model, nnx.Param).to_pure_dict())
+        return layout.from_params(nnx.to_pure_dict(nnx.state(model, nnx.Param)))
 
     def inputs(self, steps: Steps, seed: int, start: int, meta: dict | None, workdir):
         """Batch s is a pure function of (seed, s): nothing to restore but the step."""

@@ -313,7 +313,7 @@ def export_hf(model: nnx.Module, cfg: BertConfig, out_dir: str | Path, *, model_
     model that family cannot hold (e.g. a pooler for ELECTRA) raises ValueError naming what does not
     fit. ``token_ids``: the config's special-token ids (pad_token_id, bos_token_id, ...; see
     `config_to_hf`), which `BertConfig` does not hold."""
-    flat = layer_layout.stack(traverse_util.flatten_dict(nnx.state(model, nnx.Param).to_pure_dict(), sep="/"))
+    flat = layer_layout.stack(traverse_util.flatten_dict(nnx.to_pure_dict(nnx.state(model, nnx.Param)), sep="/"))
     if any(k.startswith("generator/") for k in flat):
         raise ValueError(f"export to {out_dir}: ELECTRA's two networks are two HF models: use export_electra")
     params = {full: flat[own] for full, own in full_paths(flat).items()}
@@ -324,7 +324,7 @@ def export_electra(model: nnx.Module, cfg: BertConfig, out_dir: str | Path) -> t
     """Both networks of a `bert_jax.model.electra.ElectraForPreTraining` as HF's
     ``out_dir/discriminator`` (``ElectraForPreTraining``) and ``out_dir/generator``
     (``ElectraForMaskedLM``), each holding a copy of the shared embeddings."""
-    flat = layer_layout.stack(traverse_util.flatten_dict(nnx.state(model, nnx.Param).to_pure_dict(), sep="/"))
+    flat = layer_layout.stack(traverse_util.flatten_dict(nnx.to_pure_dict(nnx.state(model, nnx.Param)), sep="/"))
     disc = {k: v for k, v in flat.items() if k.startswith(("bert/", "rtd/"))}
     gen = {k: v for k, v in flat.items() if k.startswith(("bert/embeddings/", "mlm/"))}
     gen |= {"bert/" + k.removeprefix("generator/"): v for k, v in flat.items() if k.startswith("generator/")}

@@ -371,7 +371,7 @@ def load_into(ckpt: Checkpoint, model: nnx.Module, *, only: str | None = None,
     if ckpt.source == "workdir":
         stored, where = read_params(ckpt.path)
         groups = {k.split("/")[0] for k in full_paths(traverse_util.flatten_dict(
-            nnx.state(model, nnx.Param).to_pure_dict(), sep="/"))}
+            nnx.to_pure_dict(nnx.state(model, nnx.Param)), sep="/"))}
         stored = {k: v for k, v in stored.items() if k.split("/")[0] in groups}  # a generator, a task head: not here
         return load_params(model, stored, where=str(where), only=only, allow_missing=allow_missing)
     return convert.load_tensors(model, ckpt.tensors, ckpt.config, source=ckpt.source, only=only,
@@ -384,7 +384,7 @@ def save_orbax(model: nnx.Module, cfg: BertConfig, directory: str | Path, *, voc
 
     d = Path(directory).absolute()
     d.mkdir(parents=True, exist_ok=True)
-    params = nnx.state(model, nnx.Param).to_pure_dict()
+    params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
     heads = {"pooler": cfg.use_pooler, "mlm": hasattr(model, "mlm"),
              "nsp": getattr(model, "nsp", None) is not None, "rtd": getattr(model, "rtd", None) is not None}
     with ocp.StandardCheckpointer() as ckptr:

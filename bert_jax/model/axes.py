@@ -51,12 +51,12 @@ def init(initializer: Callable[..., Any], *names: str | None) -> Callable[..., A
 
 def stacked_axes(params: nnx.State) -> dict:
     """Which axis of each parameter is the ``layers`` axis: a pure dict like
-    ``params.to_pure_dict()`` with an int (the position of `LAYERS` in the leaf's logical names)
+    ``nnx.to_pure_dict(params)`` with an int (the position of `LAYERS` in the leaf's logical names)
     or None (not stacked) per leaf. ``params``: ``nnx.state(model, nnx.Param)``, abstract or real.
     Read from the names, never guessed from shapes; a parameter without names is an error."""
     from jax.sharding import PartitionSpec
 
-    specs = nnx.get_partition_spec(params).to_pure_dict()
+    specs = nnx.to_pure_dict(nnx.get_partition_spec(params))
 
     def axis(path, spec):
         if not isinstance(spec, PartitionSpec):

@@ -27,7 +27,7 @@ def unstack(stacked: nnx.Module, cfg) -> list[nnx.Module]:
     their own arrays (row i of each stack) and the logical axis names of one block."""
     from bert_jax.model.layers import TransformerBlock
 
-    values = nnx.state(stacked).to_pure_dict()
+    values = nnx.to_pure_dict(nnx.state(stacked))
     graphdef, template = nnx.split(nnx.eval_shape(lambda: TransformerBlock(cfg, rngs=nnx.Rngs(0))))
     blocks = []
     for i in range(cfg.num_layers):

@@ -50,7 +50,7 @@ def load_params(model: nnx.Module, stored: Mapping[str, np.ndarray], *, where: s
     `CheckpointMismatchError` (``where``: the file) listing every problem.
     """
     state = nnx.state(model, nnx.Param)
-    ours = traverse_util.flatten_dict(state.to_pure_dict(), sep="/")
+    ours = traverse_util.flatten_dict(nnx.to_pure_dict(state), sep="/")
     # Compared in the stacked layout (`bert_jax.model.layer_layout`): a per-layer model's blocks
     # ("bert/layers/3/...") as the stacks a scanned model holds, so either layout loads either.
     blocks: dict[str, list[tuple[int, str]]] = {}  # stacked full path -> [(layer, own path)]

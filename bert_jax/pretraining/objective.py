@@ -53,7 +53,7 @@ def init_state(cfg: BertConfig, objective: str, tx: optax.GradientTransformation
     """A fresh state on the default device (tests and small tools; the trainer creates its state
     in its shards with `bert_jax.training.steps.StateLayout.create`)."""
     model = pretraining_model(cfg, objective, electra)(seed)
-    return new_state(nnx.state(model, nnx.Param).to_pure_dict(), tx)
+    return new_state(nnx.to_pure_dict(nnx.state(model, nnx.Param)), tx)
 
 
 def pretraining_losses(out, batch, held_out: bool = False) -> dict[str, jax.Array]:

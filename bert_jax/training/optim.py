@@ -2,7 +2,7 @@
 + linear decay, a weight-decay mask and global-norm clipping.
 
 Everything here is plain optax over a params pytree: an ``nnx.State`` from
-``nnx.state(model, nnx.Param)`` or its ``.to_pure_dict()``. One entry point:
+``nnx.state(model, nnx.Param)`` or ``nnx.to_pure_dict`` of it. One entry point:
 
     tx, lr_fn = make_optimizer(config.optimizer)        # every field of OptimizerConfig, from configs/
     opt_state = tx.init(params)

@@ -73,8 +73,8 @@ def logical_to_mesh(names: Sequence[str | None], shape: Sequence[int], mesh: Mes
 
 def param_shardings(abstract_params: nnx.State, mesh: Mesh, rules) -> dict:
     """A pure dict of NamedShardings for parameters whose Variables carry logical names."""
-    specs = nnx.get_partition_spec(abstract_params).to_pure_dict()
-    shapes = abstract_params.to_pure_dict()
+    specs = nnx.to_pure_dict(nnx.get_partition_spec(abstract_params))
+    shapes = nnx.to_pure_dict(abstract_params)
     return jax.tree.map(lambda spec, a: NamedSharding(mesh, logical_to_mesh(tuple(spec), a.shape, mesh, rules)),
                         specs, shapes, is_leaf=lambda x: isinstance(x, PartitionSpec))
 

@@ -48,7 +48,7 @@ def new_state(params: dict, tx: optax.GradientTransformation) -> TrainState:
 
 
 def _params(model: nnx.Module) -> dict:
-    return nnx.state(model, nnx.Param).to_pure_dict()
+    return nnx.to_pure_dict(nnx.state(model, nnx.Param))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,7 +87,7 @@ def state_layout(make_model: Callable[[int], nnx.Module], tx: optax.GradientTran
                  rules) -> StateLayout:
     """The layout of ``make_model``'s training state on ``mesh`` under the sharding ``rules``."""
     graphdef, abstract_params = nnx.split(nnx.eval_shape(lambda: make_model(0)), nnx.Param)
-    abstract = jax.eval_shape(functools.partial(new_state, tx=tx), abstract_params.to_pure_dict())
+    abstract = jax.eval_shape(functools.partial(new_state, tx=tx), nnx.to_pure_dict(abstract_params))
     params = sh.param_shardings(abstract_params, mesh, rules)
     shardings = TrainState(step=NamedSharding(mesh, PartitionSpec()), params=params,
                            opt_state=sh.optimizer_shardings(tx, abstract.opt_state, params, mesh))
@@ -100,8 +100,8 @@ def apply_gradients(state: TrainState, grads, tx, schedule, metrics: dict) -> tu
     with jax.named_scope("optimizer"):  # the profile's "optimizer" row (bert_jax/benchmark/profile.py)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-    metrics = dict(metrics, learning_rate=schedule(state.step), grad_norm=optax.global_norm(grads),
-                   param_norm=optax.global_norm(params))
+    metrics = dict(metrics, learning_rate=schedule(state.step), grad_norm=optax.tree.norm(grads),
+                   param_norm=optax.tree.norm(params))
     return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
 

@@ -170,7 +170,7 @@ def pretrain_workdir(tmp_path_factory, tiny_config):
 
 
 def _params(model) -> dict:
-    return traverse_util.flatten_dict(nnx.state(model, nnx.Param).to_pure_dict(), sep="/")
+    return traverse_util.flatten_dict(nnx.to_pure_dict(nnx.state(model, nnx.Param)), sep="/")
 
 
 def test_warm_start_from_pretraining_workdir(pretrain_workdir):

@@ -139,7 +139,7 @@ def test_fused_attention_matches_xla_on_the_gpu(impl, family, scan):
 
         compiled = jax.jit(lambda p: jax.value_and_grad(f, has_aux=True)(p)).lower(params).compile()
         (_, out), grads = compiled(params)
-        return np.asarray(out, np.float32), jax.tree.map(np.asarray, grads.to_pure_dict()), compiled.as_text()
+        return np.asarray(out, np.float32), jax.tree.map(np.asarray, nnx.to_pure_dict(grads)), compiled.as_text()
 
     exact, exact_grads, _ = outputs_and_grads(dataclasses.replace(cfg, dtype="float32", attention_impl="xla"))
     xla, xla_grads, _ = outputs_and_grads(dataclasses.replace(cfg, attention_impl="xla"))

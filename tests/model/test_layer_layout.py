@@ -25,7 +25,7 @@ CFG = BertConfig.from_size("tiny", vocab_size=120, num_layers=3, max_position_em
 
 def flat(model) -> dict[str, np.ndarray]:
     return {k: np.asarray(v) for k, v in
-            traverse_util.flatten_dict(nnx.state(model, nnx.Param).to_pure_dict(), sep="/").items()}
+            traverse_util.flatten_dict(nnx.to_pure_dict(nnx.state(model, nnx.Param)), sep="/").items()}
 
 
 def build(scan, seed=0, **kw):
@@ -70,8 +70,8 @@ def test_same_initial_values_outputs_and_gradients():
     la, ga = nnx.jit(nnx.value_and_grad(loss))(stacked)
     lb, gb = nnx.jit(nnx.value_and_grad(loss))(per_layer)
     assert float(la) == pytest.approx(float(lb), rel=1e-6)
-    ga = traverse_util.flatten_dict(ga.to_pure_dict(), sep="/")
-    gb = layer_layout.stack(traverse_util.flatten_dict(gb.to_pure_dict(), sep="/"))
+    ga = traverse_util.flatten_dict(nnx.to_pure_dict(ga), sep="/")
+    gb = layer_layout.stack(traverse_util.flatten_dict(nnx.to_pure_dict(gb), sep="/"))
     for k in ga:
         np.testing.assert_allclose(gb[k], ga[k], rtol=1e-5, atol=1e-7, err_msg=k)
 
@@ -117,7 +117,7 @@ def test_checkpoints_hold_one_layout(tmp_path):
     """Saved per layer or stacked, a checkpoint holds the stacked arrays; either model restores
     either, bit for bit, with no flag."""
     def state(scan):
-        return {"step": jnp.int32(1), "params": nnx.state(build(scan), nnx.Param).to_pure_dict()}
+        return {"step": jnp.int32(1), "params": nnx.to_pure_dict(nnx.state(build(scan), nnx.Param))}
 
     def abstract(tree):
         host = jax.sharding.SingleDeviceSharding(jax.devices()[0])

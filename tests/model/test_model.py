@@ -59,7 +59,7 @@ def _loss_and_grads(cfg):
         return out.mlm_logits.sum() + out.nsp_logits.sum()
 
     loss_value, grads = nnx.jit(nnx.value_and_grad(loss))(create(BertForPreTraining, cfg))
-    flat = traverse_util.flatten_dict(nnx.state(grads).to_pure_dict(), sep="/")
+    flat = traverse_util.flatten_dict(nnx.to_pure_dict(nnx.state(grads)), sep="/")
     return loss_value, jax.tree.leaves(layer_layout.stack(flat))  # unrolled blocks: compared as stacks
 
 
@@ -97,12 +97,12 @@ def test_mlm_head_gathers_masked_positions():
 
 def test_decoder_is_tied_to_word_embeddings():
     model = create(BertForPreTraining, CFG)
-    params = nnx.state(model, nnx.Param).to_pure_dict()
+    params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
     assert "decoder" not in str(params["mlm"].keys())
     ids, mask, seg = batch()
     grads = nnx.jit(nnx.grad(lambda m: m(ids, mask, seg).mlm_logits[..., 7].sum()))(model)
     # Only the tied decoder row 7 (and rows of ids present in the input) receive gradient.
-    g = np.asarray(nnx.state(grads).to_pure_dict()["bert"]["embeddings"]["word_embeddings"]["embedding"])
+    g = np.asarray(nnx.to_pure_dict(nnx.state(grads))["bert"]["embeddings"]["word_embeddings"]["embedding"])
     present = set(np.asarray(ids).ravel().tolist())
     assert np.abs(g[7]).sum() > 0
     untouched = [v for v in range(CFG.vocab_size) if v not in present and v != 7]

@@ -132,7 +132,7 @@ def test_windows_positions_and_the_first_norm(scan):
 
     grads = nnx.grad(lambda m: jnp.sum(m(ids, mask, seg).sequence_output ** 2))(model)
     g = {k: np.asarray(v) for k, v in traverse_util.flatten_dict(
-        nnx.state(grads, nnx.Param).to_pure_dict(), sep="/").items()}
+        nnx.to_pure_dict(nnx.state(grads, nnx.Param)), sep="/").items()}
     first = g["layers/attention_norm/scale"][0] if scan else g["layers/0/attention_norm/scale"]
     later = g["layers/attention_norm/scale"][1] if scan else g["layers/1/attention_norm/scale"]
     assert not first.any() and later.any()
@@ -151,7 +151,7 @@ def test_training_mode_bfloat16_and_axes():
     layer_axis = axes.stacked_axes(nnx.state(model, nnx.Param))
     assert layer_axis["bert"]["layers"]["ffn"]["intermediate"]["kernel"] == 0
     assert "bias" not in layer_axis["bert"]["layers"]["ffn"]["intermediate"]
-    spec = nnx.get_partition_spec(nnx.state(model, nnx.Param)).to_pure_dict()
+    spec = nnx.to_pure_dict(nnx.get_partition_spec(nnx.state(model, nnx.Param)))
     assert tuple(spec["bert"]["layers"]["ffn"]["intermediate"]["kernel"]) == (axes.LAYERS, axes.EMBED, None, axes.MLP)
     assert model.bert.embeddings.position_embeddings is None and model.bert.embeddings.token_type_embeddings is None
 
@@ -161,7 +161,7 @@ def test_modernbert_initialises_as_its_reference_and_bert_as_bert():
     matrix N(0, 0.02²) cut at ±2σ (std 0.88σ), the blocks' output projections σ = 0.02 / sqrt(2L);
     BERT keeps Google's, the same cut normal with σ = 0.02 everywhere."""
     def weights(cfg):
-        params = nnx.state(create(BertForPreTraining, cfg, objective="none"), nnx.Param).to_pure_dict()
+        params = nnx.to_pure_dict(nnx.state(create(BertForPreTraining, cfg, objective="none"), nnx.Param))
         return {"/".join(map(str, k)): np.asarray(v) for k, v in traverse_util.flatten_dict(params).items()}
 
     layers = 22

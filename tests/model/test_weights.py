@@ -13,7 +13,7 @@ TINY = BertConfig.from_size("tiny", vocab_size=64, max_position_embeddings=16, n
 
 
 def flat(model) -> dict[str, np.ndarray]:
-    pure = nnx.state(model, nnx.Param).to_pure_dict()
+    pure = nnx.to_pure_dict(nnx.state(model, nnx.Param))
     return {k: np.asarray(v) for k, v in traverse_util.flatten_dict(pure, sep="/").items()}
 
 

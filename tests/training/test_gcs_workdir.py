@@ -119,7 +119,7 @@ def test_finetuning_warm_starts_from_the_bucket(bucket_workdir, gcs_env):
     stored, _ = read_params(workdir)
     model = nnx.jit(lambda: fs.make_model(warm.config, "classification", 3, 1))()
     untouched = warm.load_encoder(model)
-    ours = layer_layout.stack(traverse_util.flatten_dict(nnx.state(model, nnx.Param).to_pure_dict(), sep="/"))
+    ours = layer_layout.stack(traverse_util.flatten_dict(nnx.to_pure_dict(nnx.state(model, nnx.Param)), sep="/"))
     assert untouched and all(not k.startswith("bert/") for k in untouched)
     for k, v in ours.items():
         if k.startswith("bert/"):

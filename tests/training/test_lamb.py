@@ -45,7 +45,7 @@ def lamb_config(bias_correction=True):
 
 def pretraining_tree(cfg):
     """The real pre-training parameters, with every stacked leaf's layer 1 scaled by 3."""
-    params = nnx.state(ts.pretraining_model(cfg, "nsp")(0), nnx.Param).to_pure_dict()
+    params = nnx.to_pure_dict(nnx.state(ts.pretraining_model(cfg, "nsp")(0), nnx.Param))
     scale = np.ones([cfg.stored_layers], np.float32)
     scale[1:] = 3.0
     return jax.tree_util.tree_map_with_path(

@@ -125,7 +125,7 @@ def check_restore_on_another_mesh_and_warm_start(workdir, corpus):
     model = fs.make_model(warm.config, "classification", 2, 0)
     fresh = warm.load_encoder(model)
     assert fresh and all(not k.startswith("bert/") for k in fresh)
-    loaded = traverse_util.flatten_dict(nnx.state(model, nnx.Param).to_pure_dict(), sep="/")
+    loaded = traverse_util.flatten_dict(nnx.to_pure_dict(nnx.state(model, nnx.Param)), sep="/")
     encoder = [k for k in loaded if k.startswith("bert/")]
     assert len(encoder) > 10
     loaded = layer_layout.stack({k: np.asarray(loaded[k]) for k in encoder})

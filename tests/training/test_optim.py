@@ -125,7 +125,7 @@ def test_decay_mask_on_bert_pretraining_state():
     for k, m in named.items():
         assert m == (not any("norm" in n or "bias" in n for n in k)), k
     # the pure-dict form gives the same mask
-    pure = optim.decay_mask(state.to_pure_dict())
+    pure = optim.decay_mask(nnx.to_pure_dict(state))
     assert jax.tree.leaves(pure) == jax.tree.leaves(mask)
 
 
@@ -141,7 +141,7 @@ def test_state_and_pure_dict_give_same_updates():
     out = final(*[(tx, state, [gstate]) for tx in txs], *[(tx, pure, [gpure]) for tx in txs])
     for a, b in zip(out[:len(txs)], out[len(txs):], strict=True):
         assert isinstance(a, nnx.State)
-        assert_trees_close(a.to_pure_dict(), b)
+        assert_trees_close(nnx.to_pure_dict(a), b)
 
 
 # --- Adam ---------------------------------------------------------------------------------------

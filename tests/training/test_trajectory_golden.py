@@ -68,7 +68,7 @@ def golden(golden_file):
 
 def initial_params(model: nnx.Module) -> dict:
     """The loaded model's parameters; `pretrained` builds it abstractly, so none may be left abstract."""
-    params = nnx.state(model, nnx.Param).to_pure_dict()
+    params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
     left = [jax.tree_util.keystr(p) for p, v in jax.tree_util.tree_leaves_with_path(params)
             if isinstance(v, jax.ShapeDtypeStruct)]
     assert not left, f"not loaded: {left}"
