@@ -196,8 +196,8 @@ def fused_norm_layer(norm: nnx.LayerNorm, x, a, a_bias, key, rate: float, interp
     globally so the dropout mask does not depend on the split. x, a: [*tokens, embed]; a_bias:
     [embed] (the sublayer's output bias, which the kernel adds as it loads a) or None."""
     tokens = jnp.arange(math.prod(x.shape[:2]), dtype=jnp.int32).reshape(x.shape[:2])  # [*tokens]
-    scale = norm.scale.value  # [embed]
-    bias = jnp.zeros_like(scale) if norm.bias is None else norm.bias.value  # [embed]
+    scale = norm.scale[...]  # [embed]
+    bias = jnp.zeros_like(scale) if norm.bias is None else norm.bias[...]  # [embed]
     a_bias = jnp.zeros_like(scale) if a_bias is None else a_bias  # [embed]
 
     def kernel(x, a, scale, bias, a_bias, tokens):

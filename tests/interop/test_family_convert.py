@@ -227,7 +227,8 @@ def test_fine_tuning_warm_start(network, family_golden, family_model):
     assert warm.config == ckpt.config and warm.has_pooler == ckpt.heads["pooler"]
     target = nnx.clone(model)  # a model with heads; its encoder zeroed, its heads moved
     state = nnx.state(target, nnx.Param)
-    nnx.update(target, jax.tree.map(lambda p: jnp.zeros_like(p), state.filter(lambda path, _: path[0] == "bert")))
+    encoder = nnx.filter_state(state, lambda path, _: path[0] == "bert")
+    nnx.update(target, jax.tree.map(lambda p: jnp.zeros_like(p), encoder))
     assert not np.asarray(params_of(target)["bert/embeddings/word_embeddings/embedding"]).any()
     heads = {k: np.asarray(v) + 1 for k, v in params_of(target).items() if not k.startswith("bert/")}
     nnx.update(target, nnx.State(traverse_util.unflatten_dict({tuple(k.split("/")): v for k, v in heads.items()})))

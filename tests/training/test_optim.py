@@ -157,7 +157,7 @@ def test_adam_without_bias_correction_matches_numpy():
     p = [np.asarray(x, np.float64) for x in jax.tree.leaves(params)]
     m = [np.zeros_like(x) for x in p]
     v = [np.zeros_like(x) for x in p]
-    assert float(optax.global_norm(gs[0])) > 1 > float(optax.global_norm(gs[1]))
+    assert float(optax.tree.norm(gs[0])) > 1 > float(optax.tree.norm(gs[1]))
     for t, gt in enumerate(gs):
         g = [np.asarray(x, np.float64) for x in jax.tree.leaves(gt)]
         norm = np.sqrt(sum((x ** 2).sum() for x in g))
@@ -259,7 +259,7 @@ def test_clipping_caps_global_norm():
     params = small_params()
     g = grads_like(params, 5)
     big = jax.tree.map(lambda x: 100 * x, g)
-    unit = jax.tree.map(lambda x: x / optax.global_norm(big) * 100, g)  # norm exactly 1
+    unit = jax.tree.map(lambda x: x / optax.tree.norm(big) * 100, g)  # norm exactly 1
     small = jax.tree.map(lambda x: 0.5 * x, unit)
     tx, _ = make_optimizer(base)
     no_clip, _ = make_optimizer(dataclasses.replace(base, clip_norm=None))
