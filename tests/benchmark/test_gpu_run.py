@@ -121,6 +121,17 @@ def test_a_child_process_that_fails_reads_as_a_failed_stage(tmp_path, monkeypatc
     assert "ImportError" in (tmp_path / "gpu" / f"{stage}.txt").read_text()
 
 
+def test_a_child_process_out_of_time_is_killed_and_its_output_kept():
+    """A stage's child (the numerics' pytest) that outlives its share of the budget is killed; what it
+    printed before is kept for its log (an H200 run lost the numerics' output this way)."""
+    import os
+    import sys
+
+    p = gpu_run.child([sys.executable, "-c", "print('3 passed so far', flush=True); import time; time.sleep(60)"],
+                      dict(os.environ), timeout=3)
+    assert p.returncode == 124 and p.stdout.startswith("3 passed so far") and "timed out after 3 s" in p.stdout
+
+
 def test_a_stage_the_budget_cannot_cover_is_skipped(tmp_path):
     out = tmp_path / "gpu"
     gpu_run.main(["--out", str(out), "--stages", "sizes", "--budget_s", "10", "--cache", str(tmp_path / "c")])
@@ -129,7 +140,7 @@ def test_a_stage_the_budget_cannot_cover_is_skipped(tmp_path):
 
 @pytest.mark.parametrize("argv,message", [
     (["--stages", "profile,variants"],
-     "--stages profile: expected a comma list of variants, profile_before, numerics, sizes"),
+     "--stages profile: expected a comma list of numerics, variants, profile_before, sizes"),
     (["--sizes", "bert-huge"], "--sizes bert-huge: expected a comma list of bert-base-512"),
     (["--cost", "sizes"], "--cost sizes: expected STAGE=SECONDS")])
 def test_bad_arguments_are_one_line(tmp_path, argv, message, capsys):
