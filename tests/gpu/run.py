@@ -80,8 +80,8 @@ QUICK = ["--size", "tiny", "--seq_len", "32", "--batch_size", "4", "--vocab_size
 # Seconds each stage is expected to take on one H100/H200 (compiles dominate); a stage starts only if
 # what is left of the budget covers it.
 # The sizes stage starts with one size's worth and measures each next size while 45 s are left.
-# The H200 run of 2026-11-29 took 284 s for the variants and ran out of time in the numerics (> 253 s): a
-# run of 480 s holds one of the two, so the numerics (never passed on a GPU yet) come first.
+# A run of 480 s holds the numerics or the variants, not both (docs/records.md, "BERT-base's step on one H200
+# after the embedding fix"): the numerics, never passed on a GPU yet, come first.
 COST = {"numerics": 300, "variants": 290, "profile_before": 25, "sizes": 60, "trainer": 45, "attention_kernels": 70,
         "torch_compile": 100, "combined": 60, "profile_after": 40}
 MARGIN = 0.03  # a variant counts as faster beyond this share of the default's step (turns differ by ~1-2%)
@@ -282,12 +282,8 @@ def kernels_run(run: Run) -> set[str]:
         run.results["kernels_run"] = set(KERNELS)
         return run.results["kernels_run"]
     env = {**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
-    try:
-        p = subprocess.run([sys.executable, "-c", KERNEL_PROBE], env=env, capture_output=True, text=True, timeout=180,
-                           cwd=ROOT)
-        out, status = p.stdout + p.stderr, p.returncode
-    except subprocess.TimeoutExpired as e:
-        out, status = f"{e.stdout or ''}timed out", "timeout"
+    p = child([sys.executable, "-c", KERNEL_PROBE], env, 180)
+    out, status = p.stdout + p.stderr, p.returncode
     ok = {name for name in KERNELS if f"{name} finite: True" in out}
     if ok != set(KERNELS):
         run.note(f"## The Pallas kernels' probe (exit status {status}): {sorted(set(KERNELS) - ok)} failed, their "
