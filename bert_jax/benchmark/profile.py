@@ -13,15 +13,18 @@ median step). Each kernel (on a GPU) or thunk (on a CPU) the trace holds is put 
     copies/transposes   copy, transpose, (dynamic-)slice, concatenate, pad and memcpy/memset kernels
     other fusions       the rest: normalisation, softmax outside attention, GELU, residual adds,
                         the loss, reductions
-    host gaps           the step's wall time when no kernel runs (launch, synchronisation, the host)
+    host gaps           the device idle between the traced steps' first kernel and their last (the
+                        host late with the next kernel or step)
 
 A kernel's row comes from its HLO instruction (the trace's ``hlo_op``, or its kernel name, which
 XLA derives from the instruction's) and that instruction's ``op_name`` metadata, where the model's
 ``jax.named_scope`` names appear (bert_jax/model/layers.py, bert_jax/model/dropout.py,
 bert_jax/training/steps.py); kernels no instruction explains are named by pattern. Times are per
 step: a row's time is its kernels' share of the time when any kernel runs (kernels that overlap, on
-CPU threads or GPU streams, split the time they share), host gaps the traced wall time when none
-runs. docs/benchmarks.md shows a table from one GPU.
+CPU threads or GPU streams, split the time they share), its share one of the time from the traced
+steps' first kernel to their last; the traced window's edges (the first step's dispatch before its
+first kernel, the wait after the last: overlapped by the steps before and after in a queued run) are
+reported apart. docs/benchmarks.md shows a table from one GPU.
 
     python -m bert_jax.benchmark --size base --batch_size 256 --dtype bfloat16 --steps 10 --profile /tmp/prof
     python -m bert_jax.benchmark.profile /tmp/prof [--json] [--top 8]
@@ -192,7 +195,8 @@ def find_trace(directory: Path) -> Path:
 
 def reduce_profile(directory: str | Path, top: int = 5) -> dict:
     """The table for DIR (see the module's docstring): {"rows": [{row, ms_per_step, share, kernels,
-    top}], "step_ms", "traced_step_ms", "kernels", "matched", ...}."""
+    top: [(name, ms per step, runs per step)]}], "kernel_span_ms", "step_ms", "traced_step_ms",
+    "edges_ms", "kernels", "matched", ...}."""
     directory = Path(directory)
     meta_path, hlo_path = directory / META_FILE, directory / HLO_FILE
     if not meta_path.is_file():
@@ -208,7 +212,7 @@ def reduce_profile(directory: str | Path, top: int = 5) -> dict:
         raise cli.UserError(f"{trace_path}: no kernels or XLA thunks in the trace")
     steps, wall_us = meta["steps"], meta["wall_s"] * 1e6
     spans = collections.defaultdict(list)
-    times = collections.defaultdict(collections.Counter)
+    times, calls = collections.defaultdict(collections.Counter), collections.defaultdict(collections.Counter)
     matched = 0
     for e in events:
         op = e.get("args", {}).get("hlo_op") or ""
@@ -217,32 +221,40 @@ def reduce_profile(directory: str | Path, top: int = 5) -> dict:
         matched += ins is not None
         row = classify(e["name"], ins, computations)
         spans[row].append((e["ts"], e["ts"] + e["dur"]))
-        times[row][ins.name if ins is not None else e["name"][:80]] += e["dur"]
+        name = ins.name if ins is not None else e["name"][:80]
+        times[row][name] += e["dur"]
+        calls[row][name] += 1  # a fusion XLA shares between layers runs once for each
     start = min(a for s in spans.values() for a, _ in s)
     end = max(b for s in spans.values() for _, b in s)
     busy = union_length([iv for s in spans.values() for iv in s])
-    wall_us = max(wall_us, end - start)  # the traced steps' wall time (never less than the kernels' span)
+    span = end - start  # from the traced steps' first kernel to their last: the device's time for them
+    wall_us = max(wall_us, span)  # the traced window (never less than the kernels' span)
     rows, shared = [], shared_time({row: spans[row] for row in ROWS[:-1]})
     for row in ROWS[:-1]:
         us = shared[row]
-        rows.append({"row": row, "ms_per_step": us / steps / 1e3, "share": us / wall_us, "kernels": len(spans[row]),
-                     "top": [(name, t / steps / 1e3) for name, t in times[row].most_common(top)]})
-    gaps = max(wall_us - busy, 0.0)
-    rows.append({"row": "host gaps", "ms_per_step": gaps / steps / 1e3, "share": gaps / wall_us, "kernels": 0,
+        rows.append({"row": row, "ms_per_step": us / steps / 1e3, "share": us / span, "kernels": len(spans[row]),
+                     "top": [(name, t / steps / 1e3, calls[row][name] / steps)
+                             for name, t in times[row].most_common(top)]})
+    gaps = max(span - busy, 0.0)  # the device idle between kernels, steps' boundaries included
+    rows.append({"row": "host gaps", "ms_per_step": gaps / steps / 1e3, "share": gaps / span, "kernels": 0,
                  "top": []})
     return {"directory": str(directory), "trace": str(trace_path), "events": where, "steps": steps,
-            "traced_step_ms": wall_us / steps / 1e3, "step_ms": meta.get("step_time_median_s", 0) * 1e3,
+            "kernel_span_ms": span / steps / 1e3, "traced_step_ms": wall_us / steps / 1e3,
+            "edges_ms": (wall_us - span) / steps / 1e3, "step_ms": meta.get("step_time_median_s", 0) * 1e3,
             "kernels": len(events), "matched": matched, "label": meta.get("label", ""), "rows": rows}
 
 
 def markdown(table: dict) -> str:
-    """The table as Markdown: a row per category, its ms per step and share of the traced step."""
-    lines = [f"{table['label']}: {table['steps']} traced step(s), {table['traced_step_ms']:.1f} ms each traced "
-             f"({table['step_ms']:.1f} ms untraced median); {table['kernels']} {table['events']} events, "
-             f"{table['matched']} matched to HLO instructions",
+    """The table as Markdown: a row per category, its ms per step and share of the step; its largest
+    kernels with their ms per step (and runs per step, for one shared by several layers)."""
+    lines = [f"{table['label']}: {table['steps']} traced step(s), {table['kernel_span_ms']:.1f} ms each from "
+             f"their first kernel to their last ({table['step_ms']:.1f} ms untraced median; the traced window "
+             f"{table['traced_step_ms']:.1f} ms a step, {table['edges_ms']:.1f} of them before the first kernel or "
+             f"after the last: the host's dispatch and wait, which queued steps overlap); {table['kernels']} "
+             f"{table['events']} events, {table['matched']} matched to HLO instructions",
              "", "| where | ms / step | share of the step | kernels / step | largest |", "|---|---|---|---|---|"]
     for r in table["rows"]:
-        largest = ", ".join(f"{n} {ms:.2f}" for n, ms in r["top"][:3])
+        largest = ", ".join(f"{n} {ms:.2f}" + (f" ({k:.0f} runs)" if k > 1 else "") for n, ms, k in r["top"][:3])
         lines.append(f"| {r['row']} | {r['ms_per_step']:.2f} | {100 * r['share']:.1f}% | "
                      f"{r['kernels'] / table['steps']:.0f} | {largest} |")
     return "\n".join(lines)

@@ -44,7 +44,8 @@ def kernel(name, ts, dur, hlo_op=None):
 
 
 def write_profile(tmp_path, steps=2, wall_s=250e-6):
-    """Two steps of 125 µs wall time each: 100 µs of kernels, 25 µs of gaps."""
+    """Two steps of 125 µs wall time each: 100 µs of kernels, then 25 µs idle (between the steps: the
+    device idle; after the second: the traced window's edge)."""
     events = [{"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/device:GPU:0"}},
               {"ph": "M", "pid": 1, "tid": 14, "name": "thread_name", "args": {"name": "Stream #14(Compute)"}},
               {"ph": "M", "pid": 1, "tid": 99, "name": "thread_name", "args": {"name": "XLA Ops"}},
@@ -75,15 +76,18 @@ def test_reduces_a_gpu_trace_into_rows(tmp_path):
     rows = {r["row"]: r for r in table["rows"]}
     assert list(rows) == list(profile.ROWS)
     expected_us = {"dropout": 10, "matrix products": 30, "attention": 15, "copies/transposes": 15, "optimizer": 10,
-                   "other fusions": 20, "host gaps": 25}
+                   "other fusions": 20, "host gaps": 12.5}  # the 25 µs between the steps, over two steps
     for row, us in expected_us.items():
         assert rows[row]["ms_per_step"] == pytest.approx(us / 1e3), row
-        assert rows[row]["share"] == pytest.approx(us / 125), row
+        assert rows[row]["share"] == pytest.approx(us / 112.5), row  # of the kernels' span: 225 µs, two steps
+    assert sum(r["share"] for r in table["rows"]) == pytest.approx(1.0)
     assert table["kernels"] == 14 and table["matched"] == 12 and table["events"] == "device"
     assert table["traced_step_ms"] == pytest.approx(0.125) and table["step_ms"] == pytest.approx(0.12)
+    assert table["kernel_span_ms"] == pytest.approx(0.1125) and table["edges_ms"] == pytest.approx(0.0125)
     assert rows["matrix products"]["kernels"] == 2 and rows["matrix products"]["top"][0][0] == "custom-call.7"
     text = profile.markdown(table)
-    assert "| dropout | 0.01 | 8.0% | 1 | loop_select_fusion 0.01 |" in text and "a GPU-like step" in text
+    assert "| dropout | 0.01 | 8.9% | 1 | loop_select_fusion 0.01 |" in text and "a GPU-like step" in text
+    assert "0.1 ms each from their first kernel to their last" in text
 
 
 def test_scopes_are_matched_whole_and_through_transforms():
