@@ -22,6 +22,8 @@ What "auto" means per platform lives here, one pure function of the platform's n
 * ``model.norm_impl``: `resolve_norm` (XLA everywhere; the GPU's fused residual-dropout-LayerNorm
   kernel, "fused", only when asked for);
 * ``model.recompute_activation``: `resolve_recompute` (on CPU and NVIDIA GPUs, not on TPUs and ROCm);
+* ``model.gelu_impl``: `resolve_gelu` (the exact GELU through erf on NVIDIA GPUs, through erfc,
+  ``jax.nn.gelu``'s, elsewhere);
 * ``per_device_batch`` (pre-training): rows per batch shard in one micro-batch (0: the whole batch
   at once), `resolve_per_device_batch` of the rows each of ``batch_shards`` data-parallel shards
   holds: 8 on the CPU, 0 on GPU/TPU, and 0 whenever ``unpad_multiple`` is set (unpadding's blocks
@@ -43,7 +45,7 @@ from typing import Literal
 
 import ml_collections
 
-from bert_jax.model.config import ATTENTION_IMPLS, DROPOUT_IMPLS, EXECUTION_FIELDS, NORM_IMPLS, BertConfig
+from bert_jax.model.config import ATTENTION_IMPLS, DROPOUT_IMPLS, EXECUTION_FIELDS, GELU_IMPLS, NORM_IMPLS, BertConfig
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +98,8 @@ def resolve_model(model: ml_collections.ConfigDict, platform: str) -> dict:
         attention_impl=resolve_attention(given["attention_impl"], platform, dtype=dtype, head_dim=shape.head_dim),
         dropout_impl=resolve_dropout(given["dropout_impl"], platform),
         norm_impl=resolve_norm(given["norm_impl"], platform),
-        recompute_activation=resolve_recompute(given["recompute_activation"], platform))
+        recompute_activation=resolve_recompute(given["recompute_activation"], platform),
+        gelu_impl=resolve_gelu(given["gelu_impl"], platform))
     described_model(model, **fields)  # raises on anything else the section gets wrong
     return fields
 
@@ -205,6 +208,20 @@ def resolve_recompute(value: bool | str, platform: str) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"recompute_activation {value!r}: expected True, False or 'auto'")
     return value
+
+
+def resolve_gelu(impl: str, platform: str) -> str:
+    """``"auto"`` → "erf" (x · (1 + erf(x / √2)) / 2 in float32) on NVIDIA GPUs, where ``jax.nn.gelu``'s
+    erfc, two divisions and two exponentials an element, made the feed-forward's GELU forward and
+    backward 3-4x slower than their memory traffic (13% of BERT-base's step on an H200); "erfc"
+    (``jax.nn.gelu``) elsewhere: the CPU's programs stay those that made the demo's table, and a TPU
+    kept float32 intermediates through erf (docs/records.md, "GELU through erf on a GPU"). An explicit
+    choice unchanged."""
+    if impl not in (AUTO, *GELU_IMPLS):
+        raise ValueError(f"gelu_impl {impl!r}: expected one of {(AUTO, *GELU_IMPLS)}")
+    if impl != AUTO:
+        return impl
+    return "erf" if platform_kind(platform) == "gpu" else "erfc"
 
 
 def resolve_scan(scan_layers: bool | str, platform: str, *, shared: bool = False) -> bool:

@@ -39,6 +39,7 @@ def get_config(arg=None):
     config.model.dropout_impl = "auto"
     config.model.norm_impl = "auto"
     config.model.recompute_activation = "auto"
+    config.model.gelu_impl = "auto"
     config.model.hidden_dropout_prob = 0.1
     config.model.attention_dropout_prob = 0.1
     # Sequence classifiers read the pooled [CLS] ("cls", the paper) or the mean of the last layer over

@@ -50,6 +50,7 @@ def get_config(arg=None):
     m.remat_policy, m.attention_impl, m.dropout_impl = "none", "auto", "auto"
     m.norm_impl = "auto"  # XLA; "fused": the GPU's residual-dropout-LayerNorm kernel
     m.recompute_activation = "auto"  # GELU recomputed in the backward: on CPU and GPU, not TPU (less traffic)
+    m.gelu_impl = "auto"  # GELU through erf on GPUs (a fraction of erfc's arithmetic), erfc elsewhere
     m.hidden_dropout_prob = m.attention_dropout_prob = 0.1
     for name, kind in dict(embedding_size=int, share_layers=bool, position_offset=int, type_vocab_size=int,
                            layer_norm_eps=float, hidden_act=str, use_pooler=bool).items():  # None: the size's value

@@ -18,6 +18,7 @@ from bert_jax.resolve import (
     resolve_attention,
     resolve_dropout,
     resolve_dtype,
+    resolve_gelu,
     resolve_norm,
     resolve_per_device_batch,
     resolve_recompute,
@@ -146,6 +147,19 @@ def test_recompute_activation_rejects_what_is_not_a_switch():
         resolve_recompute("sometimes", "gpu")
 
 
+@pytest.mark.parametrize("value, platform, want", [
+    ("auto", "gpu", "erf"), ("auto", "cuda", "erf"), ("auto", "cpu", "erfc"), ("auto", "tpu", "erfc"),
+    ("auto", "rocm", "erfc"), ("erfc", "gpu", "erfc"), ("erf", "tpu", "erf"),
+])
+def test_gelu_through_erf_on_nvidia_gpus(value, platform, want):
+    assert resolve_gelu(value, platform) == want
+
+
+def test_gelu_impl_rejects_an_unknown_form():
+    with pytest.raises(ValueError, match=r"gelu_impl 'tanh': expected one of \('auto', 'erfc', 'erf'\)"):
+        resolve_gelu("tanh", "gpu")
+
+
 def test_a_job_config_resolves_once(load_config):
     """No "auto" left in what config.json records; micro-batches from the rows per batch shard on
     the CPU, none on an accelerator; the given config is left as it was."""
@@ -164,6 +178,7 @@ def test_a_job_config_resolves_once(load_config):
     # GELU recomputed in the backward: on the CPU and NVIDIA GPUs, not on TPUs
     assert [resolve(c, p, batch_shards=1).model.recompute_activation for p in ("cpu", "gpu", "tpu")] == \
         ["true", "true", "false"]
+    assert [resolve(c, p, batch_shards=1).model.gelu_impl for p in ("cpu", "gpu", "tpu")] == ["erfc", "erf", "erfc"]
     assert "auto" not in cpu.to_json()
     assert described_model(cpu.model).scanned is False  # what the trainers build from it
     with pytest.raises(ValueError, match="needs the batch's data-parallel shards"):

@@ -82,7 +82,7 @@ class Bench:
         dropout = m.attention_dropout_prob if a.attention_dropout is None else a.attention_dropout
         m.update(vocab_size=a.vocab_size, dtype=a.dtype, scan_layers=str(a.scan).lower(), remat_policy=a.remat,
                  attention_impl=a.attention_impl, dropout_impl=a.dropout_impl, norm_impl=a.norm_impl,
-                 attention_dropout_prob=dropout,
+                 gelu_impl=a.gelu_impl, attention_dropout_prob=dropout,
                  recompute_activation=a.recompute_activation,
                  max_position_embeddings=max(m.max_position_embeddings, a.seq_len + (m.position_offset or 0)))
         config.update(per_device_batch=a.per_device_batch, unpad_multiple=a.unpad_multiple)
@@ -173,7 +173,7 @@ class Bench:
                 "params": param_counts(a.model, a.size, steps.layout.abstract.params, cfg.embed_dim, cfg.vocab_size,
                                        cfg.max_position_embeddings, self.recipe_positions),
                 "dtype": a.dtype, "remat": a.remat, "scan": cfg.scanned, "rng_impl": a.rng_impl,
-                "dropout_impl": cfg.dropout_impl, "norm_impl": cfg.norm_impl,
+                "dropout_impl": cfg.dropout_impl, "norm_impl": cfg.norm_impl, "gelu_impl": cfg.gelu_impl,
                 "recompute_activation": cfg.recompute_activation,
                 "attention_path": path, "unpad_multiple": a.unpad_multiple,
                 "per_device_batch": a.per_device_batch, "accumulation_steps": steps.accumulation_steps,
@@ -313,7 +313,7 @@ SHAPE_FLAGS = ("--model", "--size", "--seq_len", "--batch_size", "--max_predicti
 
 # The model's execution choices a flag sets (bert_jax/resolve.py says what "auto" means on each platform).
 IMPLS = {"attention_impl": ("xla", "cudnn", "explicit", "flash"), "dropout_impl": ("jax", "fused"),
-         "norm_impl": ("xla", "fused")}
+         "norm_impl": ("xla", "fused"), "gelu_impl": ("erfc", "erf")}
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -24,7 +24,9 @@ INIT_METHODS = ("bert", "megatron")
 ATTENTION_IMPLS = ("xla", "cudnn", "explicit", "splash", "splash_interpret", "flash", "flash_interpret")
 DROPOUT_IMPLS = ("jax", "fused")
 NORM_IMPLS = ("xla", "fused", "fused_interpret")
-EXECUTION_FIELDS = ("dtype", "scan_layers", "attention_impl", "dropout_impl", "norm_impl", "recompute_activation")
+GELU_IMPLS = ("erfc", "erf")
+EXECUTION_FIELDS = ("dtype", "scan_layers", "attention_impl", "dropout_impl", "norm_impl", "recompute_activation",
+                    "gelu_impl")
 
 # name: (num_layers, hidden_size, num_heads). intermediate = 4 * hidden (the paper's choice).
 SIZES: dict[str, tuple[int, int, int]] = {
@@ -179,6 +181,10 @@ class BertConfig:
     # the same numbers, less memory; less HBM traffic on a GPU, more on a TPU (docs/records.md,
     # "GELU recomputed in the backward").
     recompute_activation: bool = False
+    # The exact GELU ("gelu") as jax.nn.gelu computes it, through erfc ("erfc"), or as
+    # x · (1 + erf(x / √2)) / 2 in float32 ("erf": the same values within 1e-6 in float32, a fraction of
+    # erfc's arithmetic: docs/records.md, "GELU through erf on a GPU"). GeGLU's is always through erf.
+    gelu_impl: Literal["erfc", "erf"] = "erfc"
 
     def __post_init__(self):
         for name in ("scan_layers", "recompute_activation"):
@@ -190,14 +196,15 @@ class BertConfig:
                      "attention_impl": self.attention_impl in ATTENTION_IMPLS,
                      "dropout_impl": self.dropout_impl in DROPOUT_IMPLS,
                      "norm_impl": self.norm_impl in NORM_IMPLS,
-                     "recompute_activation": isinstance(self.recompute_activation, bool)}
+                     "recompute_activation": isinstance(self.recompute_activation, bool),
+                     "gelu_impl": self.gelu_impl in GELU_IMPLS}
         if bad := [k for k, ok in execution.items() if not ok]:
             raise ValueError(
                 f"BertConfig field(s) {bad} = {[getattr(self, k) for k in bad]}: a model takes concrete values "
                 f"(dtype: a dtype name such as float32 or bfloat16; scan_layers: True or False; attention_impl: "
                 f"{' | '.join(ATTENTION_IMPLS)}; dropout_impl: {' | '.join(DROPOUT_IMPLS)}; norm_impl: "
-                f"{' | '.join(NORM_IMPLS)}; recompute_activation: "
-                "True or False); a job config's 'auto' "
+                f"{' | '.join(NORM_IMPLS)}; recompute_activation: True or False; gelu_impl: "
+                f"{' | '.join(GELU_IMPLS)}); a job config's 'auto' "
                 "is resolved for its platform first (bert_jax.resolve.resolve)")
         checks = {
             "vocab_size": self.vocab_size > 0,

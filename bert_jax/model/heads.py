@@ -15,7 +15,7 @@ from bert_jax.model import axes
 from bert_jax.model.activation_sharding import constrain
 from bert_jax.model.config import BertConfig
 from bert_jax.model.dropout import Dropout
-from bert_jax.model.layers import ACTIVATIONS, dense, layer_norm
+from bert_jax.model.layers import activation, dense, layer_norm
 
 
 def gather_positions(sequence: jax.Array, positions: jax.Array) -> jax.Array:
@@ -32,7 +32,7 @@ class MaskedLMHead(nnx.Module):
     """
 
     def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs):
-        self.act = ACTIVATIONS[cfg.hidden_act]
+        self.act = activation(cfg)
         self.transform = dense(cfg, cfg.hidden_size, cfg.embed_dim, (axes.EMBED, None), rngs=rngs, bias=cfg.use_bias)
         self.layer_norm = layer_norm(cfg, rngs=rngs, width=cfg.embed_dim)
         self.output_bias = nnx.Param(
@@ -79,7 +79,7 @@ class ReplacedTokenHead(nnx.Module):
     def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs, prior: float = 0.0):
         if not 0.0 <= prior < 1.0:
             raise ValueError(f"prior={prior}: expected 0 (zero bias) or a replaced fraction in (0, 1)")
-        self.act = ACTIVATIONS[cfg.hidden_act]
+        self.act = activation(cfg)
         self.dense = dense(cfg, cfg.hidden_size, cfg.hidden_size, (axes.EMBED, None), rngs=rngs)
         self.prediction = dense(cfg, cfg.hidden_size, 1, (axes.EMBED, None), rngs=rngs)
         if prior:

@@ -39,15 +39,22 @@ ACTIVATIONS = {
 
 
 def erf_gelu(x: jax.Array) -> jax.Array:
-    """The exact GELU as x · (1 + erf(x / √2)) / 2 (PyTorch's form), in float32, in x's dtype; GeGLU's.
-    ``jax.nn.gelu`` goes through erfc, which XLA expands into branches that read their input many
-    times: it then keeps GeGLU's intermediates in memory instead of fusing them (docs/records.md,
-    "GeGLU through erf, with its own backward")."""
+    """The exact GELU as x · (1 + erf(x / √2)) / 2 (PyTorch's form), in float32, in x's dtype: GeGLU's,
+    and the dense block's where ``gelu_impl`` is "erf". ``jax.nn.gelu`` goes through erfc, which XLA
+    expands into branches that read their input many times: it then keeps GeGLU's intermediates in
+    memory instead of fusing them (docs/records.md, "GeGLU through erf, with its own backward"), and
+    its arithmetic, two divisions and two exponentials an element, bounds a GPU's GELU kernels
+    ("GELU through erf on a GPU")."""
     x32 = x.astype(jnp.float32)
     return (0.5 * x32 * (1.0 + jax.lax.erf(x32 * np.float32(1 / math.sqrt(2))))).astype(x.dtype)
 
 
 GATE_ACTIVATIONS = {**ACTIVATIONS, "gelu": erf_gelu}  # GeGLU's (ModernBERT's): the exact GELU through erf
+
+
+def activation(cfg: BertConfig):
+    """``cfg.hidden_act`` as a function; the exact GELU through erf where ``cfg.gelu_impl`` says "erf"."""
+    return erf_gelu if cfg.hidden_act == "gelu" and cfg.gelu_impl == "erf" else ACTIVATIONS[cfg.hidden_act]
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
@@ -425,7 +432,7 @@ class FeedForward(nnx.Module):
 
     def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs):
         self.geglu = cfg.ffn == "geglu"
-        self.act = (GATE_ACTIVATIONS if self.geglu else ACTIVATIONS)[cfg.hidden_act]
+        self.act = GATE_ACTIVATIONS[cfg.hidden_act] if self.geglu else activation(cfg)
         self.recompute = cfg.recompute_activation and not self.geglu  # GeGLU measured no gain from it
         d, f = cfg.hidden_size, cfg.intermediate_size
         if self.geglu:

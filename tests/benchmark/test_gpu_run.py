@@ -110,11 +110,13 @@ def test_a_child_process_that_fails_reads_as_a_failed_stage(tmp_path, monkeypatc
     import subprocess
     import types
 
-    def crashed(cmd, **kwargs):
-        return subprocess.CompletedProcess(cmd, 3, stdout="", stderr="ImportError: no module named x\n")
+    def crashed(cmds, env, timeout):
+        return [subprocess.CompletedProcess(cmd, 3, stdout="", stderr="ImportError: no module named x\n")
+                for cmd in cmds]
 
-    monkeypatch.setattr(gpu_run.subprocess, "run", crashed)
-    run = gpu_run.Run(tmp_path / "gpu", 100, quick=True, args=types.SimpleNamespace(pytest_k="", costs={}))
+    monkeypatch.setattr(gpu_run, "children", crashed)
+    run = gpu_run.Run(tmp_path / "gpu", 100, quick=True,
+                      args=types.SimpleNamespace(pytest_k="", costs={}, numerics_workers=4))
     assert run.stage(stage, getattr(gpu_run, stage), run)["returncode"] == 3
     summary = (tmp_path / "gpu" / "summary.md").read_text()
     assert re.search(rf"^## {stage}: failed \(exit status 3\)", summary, re.M), summary
@@ -132,6 +134,54 @@ def test_a_child_process_out_of_time_is_killed_and_its_output_kept():
     assert p.returncode == 124 and p.stdout.startswith("3 passed so far") and "timed out after 3 s" in p.stdout
 
 
+def test_children_run_at_once():
+    """Each child waits for the other's file: one after the other, the first would wait out the timeout."""
+    import os
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        wait = ("import pathlib, sys, time; d = pathlib.Path(sys.argv[1]); (d / sys.argv[2]).touch()\n"
+                "while not (d / sys.argv[3]).exists(): time.sleep(0.05)\nprint('met', sys.argv[2])")
+        cmds = [[sys.executable, "-c", wait, tmp, "a", "b"], [sys.executable, "-c", wait, tmp, "b", "a"]]
+        a, b = gpu_run.children(cmds, dict(os.environ), timeout=60)
+    assert (a.returncode, a.stdout, b.returncode, b.stdout) == (0, "met a\n", 0, "met b\n")
+
+
+def test_the_numerics_tests_are_dealt_to_processes_at_once(tmp_path, monkeypatch):
+    """The numerics stage lists the GPU tests, deals them in turn to ``--numerics_workers`` pytest
+    processes started together, and heads its table with every process's last line, the tests' own
+    error lines, failures and the slowest tests."""
+    import subprocess
+    import types
+
+    ids = [f"tests/gpu/test_gpu_numerics.py::test_{i}" for i in range(5)]
+    calls = []
+
+    def tests_of(cmd):
+        return [x for x in cmd if x.startswith("tests/gpu/")]
+
+    def fake(cmds, env, timeout):
+        calls.append(cmds)
+        if "--collect-only" in cmds[0]:
+            return [subprocess.CompletedProcess(cmds[0], 0, stdout="\n".join(ids) + "\n\n5 tests collected", stderr="")]
+        return [subprocess.CompletedProcess(cmd, i, stdout=f"x: 0.0{i} relative\n{i + 1}.50s call {tests_of(cmd)[0]}\n"
+                                            + ("FAILED tests/gpu/x\n" if i else "") + f"{i} failed", stderr="")
+                for i, cmd in enumerate(cmds)]
+
+    monkeypatch.setattr(gpu_run, "children", fake)
+    run = gpu_run.Run(tmp_path / "gpu", 100, quick=True,
+                      args=types.SimpleNamespace(pytest_k="", costs={}, numerics_workers=2))
+    r = gpu_run.numerics(run)
+    assert [tests_of(cmd) for cmd in calls[1]] == [ids[0::2], ids[1::2]]
+    assert r["returncode"] == 1 and r["tail"] == "0 failed | 1 failed"
+    assert r["lines"] == ["x: 0.00 relative", "x: 0.01 relative", "FAILED tests/gpu/x"]
+    assert r["slowest"] == [f"2.50s call {ids[1]}", f"1.50s call {ids[0]}"]
+    summary = (tmp_path / "gpu" / "summary.md").read_text()
+    assert "5 tests in 2 processes at once; exit status 1" in summary
+    assert "===== worker 1: 2 tests =====" in (tmp_path / "gpu" / "numerics.txt").read_text()
+
+
 def test_a_stage_the_budget_cannot_cover_is_skipped(tmp_path):
     out = tmp_path / "gpu"
     gpu_run.main(["--out", str(out), "--stages", "sizes", "--budget_s", "10", "--cache", str(tmp_path / "c")])
@@ -142,7 +192,8 @@ def test_a_stage_the_budget_cannot_cover_is_skipped(tmp_path):
     (["--stages", "profile,variants"],
      "--stages profile: expected a comma list of numerics, variants, profile_before, sizes"),
     (["--sizes", "bert-huge"], "--sizes bert-huge: expected a comma list of bert-base-512"),
-    (["--cost", "sizes"], "--cost sizes: expected STAGE=SECONDS")])
+    (["--cost", "sizes"], "--cost sizes: expected STAGE=SECONDS"),
+    (["--numerics_workers", "0"], "--numerics_workers 0: expected 1 or more")])
 def test_bad_arguments_are_one_line(tmp_path, argv, message, capsys):
     with pytest.raises(SystemExit) as e:
         gpu_run.main(["--out", str(tmp_path / "gpu"), *argv])

@@ -5,9 +5,10 @@ TensorFlow: everything here runs the training step on synthetic batches. In orde
 show first, each stage skipped when what is left of ``--budget_s`` would not cover it, each failure
 logged and passed over:
 
-1. ``numerics``: ``pytest tests/gpu`` in a child process that does not preallocate (the GPU against
-   the CPU's float32 step; cuDNN and the flash kernel against XLA); killed, its output kept, when the
-   budget runs out.
+1. ``numerics``: ``pytest tests/gpu`` in child processes at once (``--numerics_workers``, the tests
+   dealt out in turn) that do not preallocate (the GPU against the CPU's float32 step; cuDNN and the
+   flash kernel against XLA); killed, their output kept, when the budget runs out; a test running over
+   90 s prints its stacks.
 2. ``variants``: the default step of BERT-base at 128 tokens, batch 256, bfloat16, beside its variants
    (``--variant``: the Pallas flash attention, it with the fused residual-dropout-LayerNorm kernel,
    cuDNN's layer norm) and Hugging Face's PyTorch BERT in bfloat16, taking turns
@@ -46,6 +47,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -58,13 +60,14 @@ ROOT = Path(__file__).resolve().parents[2]  # the checkout's root: bert_jax, inp
 # The variants timed beside the default step: each a change a GPU default could make (docs/records.md:
 # the Pallas flash attention with dropout inside, "Flash attention with dropout for GPUs"; with it, the
 # fused residual-dropout-LayerNorm kernel, "Residual, dropout and LayerNorm in one kernel"; cuDNN's
-# layer norm, "cuDNN's layer norm").
+# layer norm, "cuDNN's layer norm"); and the default's GELU before it went through erf, "GELU through
+# erf on a GPU" (the before of that change, never measured on a GPU).
 # Not again: --dropout_impl fused (4% slower), --xla_option xla_gpu_enable_triton_gemm=false (nothing on top
 # of unrolled layers), --rng_impl unsafe_rbg (1%, within the noise), --scan (9% slower: why the default
 # is unrolled), --attention_dropout 0 (10% faster, but a change of the recipe), docs/records.md "The GPU's
 # defaults"; each unrolled variant compiles for ~35 s. Not yet, for time: --recompute_activation false
 # (the default chosen from the compiler's program: "GELU recomputed in the backward").
-VARIANTS = ("--attention_impl flash", "--attention_impl flash --norm_impl fused",
+VARIANTS = ("--gelu_impl erfc", "--attention_impl flash", "--attention_impl flash --norm_impl fused",
             "--xla_option xla_gpu_enable_cudnn_layer_norm=true")
 # Variants that change what is computed (the recipe), not how: timed for the record, never combined.
 RECIPE_CHANGES = ("--attention_dropout",)
@@ -80,9 +83,10 @@ QUICK = ["--size", "tiny", "--seq_len", "32", "--batch_size", "4", "--vocab_size
 # Seconds each stage is expected to take on one H100/H200 (compiles dominate); a stage starts only if
 # what is left of the budget covers it.
 # The sizes stage starts with one size's worth and measures each next size while 45 s are left.
-# A run of 480 s holds the numerics or the variants, not both (docs/records.md, "BERT-base's step on one H200
-# after the embedding fix"): the numerics, never passed on a GPU yet, come first.
-COST = {"numerics": 300, "variants": 290, "profile_before": 25, "sizes": 60, "trainer": 45, "attention_kernels": 70,
+# The numerics, never passed on a GPU yet, come first: in one process they ran past 253 s on an H200
+# (docs/records.md, "BERT-base's step on one H200 after the embedding fix"), and they are given 180 s in
+# four (what is left of them then is killed, what they printed kept: which tests passed, the slowest).
+COST = {"numerics": 180, "variants": 325, "profile_before": 25, "sizes": 60, "trainer": 45, "attention_kernels": 70,
         "torch_compile": 100, "combined": 60, "profile_after": 40}
 MARGIN = 0.03  # a variant counts as faster beyond this share of the default's step (turns differ by ~1-2%)
 
@@ -100,9 +104,13 @@ class Run:
     def left(self) -> float:
         return self.budget_s - (time.monotonic() - self.start)
 
+    def cost(self, name: str) -> float:
+        """The seconds stage ``name`` is expected to take (``--cost``, else `COST`; 5 for ``--quick``)."""
+        return 5 if self.quick else self.args.costs.get(name, COST[name])
+
     def stage(self, name: str, fn, *args):
         """Runs ``fn(*args)`` if the budget allows; a failure is logged, not raised."""
-        cost = 5 if self.quick else self.args.costs.get(name, COST[name])
+        cost = self.cost(name)
         if self.left() < cost:
             self.note(f"## {name}: skipped ({self.left():.0f} s left of the budget, ~{cost} s needed)")
             return None
@@ -141,33 +149,77 @@ def timing(run: Run) -> list[str]:
         ["--steps", "20", "--warmup", "3", "--compare_block", "5"]
 
 
+def children(cmds: list[list[str]], env: dict, timeout: float) -> list[subprocess.CompletedProcess]:
+    """Each of ``cmds`` run at once, to its end or until ``timeout``; one that ran out of time is killed
+    and returns 124 (as timeout(1) does) with what it had printed, so its log is kept."""
+    import tempfile
+
+    deadline, done = time.monotonic() + timeout, []
+    with tempfile.TemporaryDirectory(prefix="bert_jax_gpu_child_") as tmp:
+        logs = [(Path(tmp) / f"{i}.out", Path(tmp) / f"{i}.err") for i in range(len(cmds))]
+        procs = []
+        for cmd, (out, err) in zip(cmds, logs, strict=True):
+            with open(out, "w") as o, open(err, "w") as e:  # the child holds its own copies
+                procs.append(subprocess.Popen(cmd, env=env, stdout=o, stderr=e, cwd=ROOT))
+        for cmd, proc, (out, err) in zip(cmds, procs, logs, strict=True):
+            try:
+                status, killed = proc.wait(timeout=max(deadline - time.monotonic(), 0.1)), ""
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                status, killed = 124, f"\n(killed: timed out after {timeout:.0f} s)"
+            done.append(subprocess.CompletedProcess(cmd, status, stdout=out.read_text(errors="replace") + killed,
+                                                    stderr=err.read_text(errors="replace")))
+    return done
+
+
 def child(cmd: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
-    """``cmd`` run to its end or ``timeout``; one that ran out of time is killed and returns 124 (as
-    timeout(1) does) with what it had printed, so its log is kept."""
-    try:
-        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
-    except subprocess.TimeoutExpired as e:
-        text = [x.decode(errors="replace") if isinstance(x, bytes) else x or "" for x in (e.stdout, e.stderr)]
-        return subprocess.CompletedProcess(cmd, 124, stdout=text[0] + f"\n(killed: timed out after {timeout:.0f} s)",
-                                           stderr=text[1])
+    """``cmd`` run to its end or ``timeout`` (`children`)."""
+    return children([cmd], env, timeout)[0]
+
+
+# pytest children at once in the numerics stage: it is some 45 small programs compiled for the GPU (the
+# host's CPUs, not the GPU, are its time), which one process compiles one after another.
+NUMERICS_WORKERS = 4
+# A test running longer than this has its threads' stacks printed (pytest's faulthandler): where a
+# stage that ran out of time stood.
+NUMERICS_STACKS_AFTER_S = 90
+PYTEST = ["-m", "pytest", "-p", "no:cacheprovider"]
 
 
 def numerics(run: Run) -> dict:
-    """pytest tests/gpu in a child process that allocates as it goes: the GPU's memory this process's
-    JAX has not taken (``XLA_PYTHON_CLIENT_MEM_FRACTION``), once PyTorch has let its cache go."""
+    """pytest tests/gpu in ``--numerics_workers`` child processes at once (the tests dealt out in turn),
+    each allocating as it goes: the GPU's memory this process's JAX has not taken
+    (``XLA_PYTHON_CLIENT_MEM_FRACTION``), once PyTorch has let its cache go."""
     if "torch" in sys.modules:  # the variants stage's Hugging Face model ran here
         sys.modules["torch"].cuda.empty_cache()
     env = {**os.environ, "BERT_JAX_GPU_TESTS": "1", "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
            "BERT_JAX_TEST_CACHE": ""}
-    cmd = [sys.executable, "-m", "pytest", "tests/gpu", "-q", "-s", "-p", "no:cacheprovider", "-rA"]
-    cmd += ["-k", run.args.pytest_k] if run.args.pytest_k else []
-    p = child(cmd, env, max(run.left() - 60, 60))
-    (run.out / "numerics.txt").write_text(p.stdout + p.stderr)
-    tail = (p.stdout.strip().splitlines() or [""])[-1]
-    lines = [x for x in p.stdout.splitlines() if "relative" in x]
-    run.note(f"{run.title('numerics', 'The GPU against the CPU (pytest tests/gpu)', p.returncode)}\n\n"
-             f"exit status {p.returncode}: {tail}\n\n" + "\n".join(f"    {x}" for x in lines))
-    return {"returncode": p.returncode, "tail": tail, "lines": lines}
+    select = ["-k", run.args.pytest_k] if run.args.pytest_k else []
+    listed = child([sys.executable, *PYTEST, "tests/gpu", "--collect-only", "-q", *select], env, 120)
+    ids = [x for x in listed.stdout.splitlines() if x.startswith("tests/gpu/") and "::" in x]
+    if not ids:
+        (run.out / "numerics.txt").write_text(listed.stdout + listed.stderr)
+        status = listed.returncode or 5  # pytest's "no tests collected"
+        run.note(f"{run.title('numerics', 'The GPU against the CPU (pytest tests/gpu)', status)}\n\n"
+                 f"no tests collected: {(listed.stdout + listed.stderr).strip().splitlines()[-1:]}")
+        return {"returncode": status, "tail": "no tests collected", "lines": [], "slowest": []}
+    groups = [ids[i::run.args.numerics_workers] for i in range(min(run.args.numerics_workers, len(ids)))]
+    options = ["-q", "-s", "-rA", "--durations=0", "-o", f"faulthandler_timeout={NUMERICS_STACKS_AFTER_S}"]
+    timeout = max(min(run.left() - 60, run.cost("numerics")), 60)  # the stages after it keep their share
+    done = children([[sys.executable, *PYTEST, *group, *options] for group in groups], env, timeout)
+    (run.out / "numerics.txt").write_text("".join(f"===== worker {i}: {len(g)} tests =====\n{p.stdout}{p.stderr}\n"
+                                                  for i, (g, p) in enumerate(zip(groups, done, strict=True))))
+    status = next((p.returncode for p in done if p.returncode), 0)
+    tails = [(p.stdout.strip().splitlines() or [""])[-1] for p in done]
+    out = [x for p in done for x in p.stdout.splitlines()]
+    lines = [x for x in out if "relative" in x or x.startswith(("FAILED ", "ERROR "))]
+    slowest = sorted((x for x in out if re.match(r"^\d+\.\d+s (call|setup|teardown) ", x)),
+                     key=lambda x: -float(x.split("s ", 1)[0]))[:8]
+    run.note(f"{run.title('numerics', 'The GPU against the CPU (pytest tests/gpu)', status)}\n\n"
+             f"{len(ids)} tests in {len(groups)} processes at once; exit status {status}: {' | '.join(tails)}\n\n"
+             + "\n".join(f"    {x}" for x in lines) + "\n\nslowest:\n\n" + "\n".join(f"    {x}" for x in slowest))
+    return {"returncode": status, "tail": " | ".join(tails), "lines": lines, "slowest": slowest}
 
 
 def attention_kernels(run: Run) -> list[dict]:
@@ -421,6 +473,8 @@ def main(argv=None) -> int:
     p.add_argument("--sizes", default=",".join(SIZES), help="the sizes stage's models: a comma list of "
                    + ", ".join(SIZES))
     p.add_argument("--pytest_k", default="", help="the numerics stage's pytest -k expression")
+    p.add_argument("--numerics_workers", type=int, default=NUMERICS_WORKERS,
+                   help="the numerics stage's pytest processes at once")
     p.add_argument("--cost", action="append", default=[], metavar="STAGE=S", help="a stage's expected seconds")
     a = p.parse_args(argv)
     a.costs = {}
@@ -429,6 +483,8 @@ def main(argv=None) -> int:
         if name not in COST or not seconds.replace(".", "", 1).isdigit():
             p.error(f"--cost {c}: expected STAGE=SECONDS with STAGE one of {', '.join(COST)}")
         a.costs[name] = float(seconds)
+    if a.numerics_workers < 1:
+        p.error(f"--numerics_workers {a.numerics_workers}: expected 1 or more")
     if unknown := sorted(set(a.sizes.split(",")) - set(SIZES) - {""}):
         p.error(f"--sizes {','.join(unknown)}: expected a comma list of {', '.join(SIZES)}")
     chosen = [s for s in a.stages.split(",") if s]

@@ -4,7 +4,7 @@ accelerators). Their CPU halves run in CI: tests/training/test_gpu_choices.py an
 tests/model/test_cudnn_path.py, with cuDNN's call routed to XLA.
 
 * One pre-training loss and its gradients from the model resolved for the GPU (bfloat16, cuDNN
-  attention, unrolled), run on the GPU, against the CPU's float32 ones on the same batch and parameters;
+  attention, unrolled, GELU through erf), run on the GPU, against the CPU's float32 ones on the same batch and parameters;
   the same with the Pallas flash attention (interpreted on the CPU: the same dropout masks).
 * cuDNN's attention and the Pallas flash kernel against XLA's on the GPU, through the encoder and its
   gradients: BERT on padded rows, ModernBERT on padded rows longer than its local window; scanned and
@@ -59,7 +59,7 @@ KERNEL_CALL = {"cudnn": "__cudnn$fmha", "flash": "__gpu$xla.gpu.triton"}  # cust
                                                                       "modernbert"])
 def test_gpu_step_matches_the_cpu_float32_step(family, fields, record_property):
     gpu_cfg = resolved(family, "gpu", **fields)
-    assert (gpu_cfg.dtype, gpu_cfg.attention_impl) == ("bfloat16", "cudnn")
+    assert (gpu_cfg.dtype, gpu_cfg.attention_impl, gpu_cfg.gelu_impl) == ("bfloat16", "cudnn", "erf")
     ref, task, data = reference(family, gpu_cfg, **fields), objective(family), batch()
     params = initial_params(ref, task)
     loss_ref, grads_ref = loss_and_grads(ref, task, params, data, jax.devices("cpu")[0])

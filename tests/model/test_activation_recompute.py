@@ -103,3 +103,28 @@ def test_geglus_backward_is_autodiffs(dtype):
     assert got.dtype == dtype and got.shape == p.shape
     tol = 1e-6 if dtype == jnp.float32 else 2 ** -8
     np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("recompute", [True, False])
+def test_gelu_through_erf_gives_the_same_block(recompute):
+    """``gelu_impl="erf"`` (the GPU's choice: tests/test_resolve.py) runs the dense block's and the
+    heads' exact GELU through erf, not erfc, with the same float32 outputs and gradients."""
+    from bert_jax.model.heads import MaskedLMHead
+
+    x = jax.random.normal(jax.random.key(0), (2, 8, 128)) * 3  # [batch, length, embed]
+    results, jaxprs = {}, {}
+    for impl in ("erfc", "erf"):
+        cfg = BertConfig.from_size("tiny", recompute_activation=recompute, gelu_impl=impl)
+        graphdef, params = nnx.split(FeedForward(cfg, rngs=nnx.Rngs(0)))
+
+        def f(p, x, graphdef=graphdef):
+            return nnx.merge(graphdef, p)(x)
+
+        y, back = jax.vjp(f, params, x)
+        results[impl] = [y, *jax.tree.leaves(back(jnp.ones_like(y)))]
+        jaxprs[impl] = str(jax.make_jaxpr(jax.grad(lambda p, f=f: f(p, x).sum()))(params))
+        jaxprs[impl, "head"] = str(jax.make_jaxpr(MaskedLMHead(cfg, rngs=nnx.Rngs(0)).act)(x))
+    for a, b in zip(results["erf"], results["erfc"], strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
+    assert " erfc " in jaxprs["erfc"] and " erfc " not in jaxprs["erf"] and " erf " in jaxprs["erf"]
+    assert " erfc " in jaxprs["erfc", "head"] and " erf " in jaxprs["erf", "head"]
