@@ -196,7 +196,7 @@ def find_trace(directory: Path) -> Path:
 def reduce_profile(directory: str | Path, top: int = 5) -> dict:
     """The table for DIR (see the module's docstring): {"rows": [{row, ms_per_step, share, kernels,
     top: [(name, ms per step, runs per step)]}], "kernel_span_ms", "step_ms", "traced_step_ms",
-    "edges_ms", "kernels", "matched", ...}."""
+    "edges_ms", "kernels", "matched", "per_kernel": {name: (ms per step, runs per step)}, ...}."""
     directory = Path(directory)
     meta_path, hlo_path = directory / META_FILE, directory / HLO_FILE
     if not meta_path.is_file():
@@ -241,7 +241,9 @@ def reduce_profile(directory: str | Path, top: int = 5) -> dict:
     return {"directory": str(directory), "trace": str(trace_path), "events": where, "steps": steps,
             "kernel_span_ms": span / steps / 1e3, "traced_step_ms": wall_us / steps / 1e3,
             "edges_ms": (wall_us - span) / steps / 1e3, "step_ms": meta.get("step_time_median_s", 0) * 1e3,
-            "kernels": len(events), "matched": matched, "label": meta.get("label", ""), "rows": rows}
+            "kernels": len(events), "matched": matched, "label": meta.get("label", ""), "rows": rows,
+            "per_kernel": {name: (t / steps / 1e3, calls[row][name] / steps)  # {name: (ms, runs) a step}
+                           for row in ROWS[:-1] for name, t in times[row].items()}}
 
 
 def markdown(table: dict) -> str:

@@ -158,3 +158,22 @@ def markdown(t: dict) -> str:
     head = ["| where | least ms / step | share | kernels | GB moved | TFLOP | largest (ms) |", "|---" * 7 + "|"]
     return "\n".join(head + [f"| {a} | {ms:.2f} | {share} | {n} | {b / 1e9:.2f} | {f / 1e12:.2f} | {top} |"
                              for a, ms, share, n, b, f, top in rows])
+
+
+def furthest(per_kernel: dict[str, tuple[float, float]], ks: list[Kernel], peak: float, bandwidth: float,
+             top: int = 12) -> list[dict]:
+    """The measured kernels furthest over their least time: ``per_kernel`` ({HLO instruction: (ms, runs) a
+    step}, `bert_jax.benchmark.profile.reduce_profile`'s) against each instruction's least time per run
+    (a fusion XLA shares between layers runs under one name: its runs). [{name, what, row, ms, least_ms,
+    runs}], the largest ms − least_ms first; kernels the program does not name are left out."""
+    by_name = {k.name: k for k in ks}
+    rows = [{"name": n, "what": by_name[n].what, "row": by_name[n].row, "ms": ms, "runs": runs,
+             "least_ms": runs * max(by_name[n].bytes / bandwidth, by_name[n].flops / peak) * 1e3}
+            for n, (ms, runs) in per_kernel.items() if n in by_name]
+    return sorted(rows, key=lambda r: r["least_ms"] - r["ms"])[:top]
+
+
+def furthest_markdown(rows: list[dict]) -> str:
+    head = ["| kernel | what | row | runs | ms / step | least ms | over |", "|---" * 7 + "|"]
+    return "\n".join(head + [f"| {r['name']} | {r['what'][:70]} | {r['row']} | {r['runs']:.0f} | {r['ms']:.2f} | "
+                             f"{r['least_ms']:.2f} | {r['ms'] / max(r['least_ms'], 1e-9):.1f}x |" for r in rows])

@@ -87,7 +87,7 @@ def test_a_kernel_that_fails_its_probe_leaves_its_variants_out(tmp_path, monkeyp
     chosen = [argv[i + 1] for i, a in enumerate(argv) if a == "--variant"]
     flags = [gpu_run.KERNELS[k] for k in failed]
     assert chosen == [v for v in gpu_run.VARIANTS if not any(f in v for f in flags)]
-    assert len(chosen) == len(gpu_run.VARIANTS) - (2 if "flash" in failed else 1)
+    assert 0 < len(chosen) < len(gpu_run.VARIANTS)  # the kernels' variant left out, the others timed
 
 
 def test_a_failing_stage_is_logged_and_the_run_goes_on(tmp_path, monkeypatch):

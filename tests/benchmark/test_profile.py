@@ -85,6 +85,8 @@ def test_reduces_a_gpu_trace_into_rows(tmp_path):
     assert table["traced_step_ms"] == pytest.approx(0.125) and table["step_ms"] == pytest.approx(0.12)
     assert table["kernel_span_ms"] == pytest.approx(0.1125) and table["edges_ms"] == pytest.approx(0.0125)
     assert rows["matrix products"]["kernels"] == 2 and rows["matrix products"]["top"][0][0] == "custom-call.7"
+    assert table["per_kernel"]["custom-call.7"] == pytest.approx((0.03, 1.0))  # ms and runs a step
+    assert table["per_kernel"]["input_reduce_fusion"] == pytest.approx((0.02, 1.0))
     text = profile.markdown(table)
     assert "| dropout | 0.01 | 8.9% | 1 | loop_select_fusion 0.01 |" in text and "a GPU-like step" in text
     assert "0.1 ms each from their first kernel to their last" in text

@@ -142,6 +142,22 @@ def test_the_table_is_the_sum_of_each_kernels_least_time():
     assert "| the step |" in roofline.markdown(t)
 
 
+def test_the_kernels_furthest_over_their_least_time_come_first():
+    """Measured times a step (a profile's {instruction: (ms, runs)}) against each kernel's least time
+    times its runs: the largest excess first; a name the program lacks (a memset) is left out."""
+    ks = {k.name: k for k in roofline.kernels(GPU_HLO)}
+    peak, bandwidth = 1e6, 1e9
+    least = {n: max(k.bytes / bandwidth, k.flops / peak) * 1e3 for n, k in ks.items()}  # ms a run
+    measured = {"loop_select_fusion": (least["loop_select_fusion"] * 12 * 4, 12),  # 4x over, 12 runs
+                "gemm_fusion_dot.1": (least["gemm_fusion_dot.1"], 1), "transpose.2": (least["transpose.2"] * 2, 1),
+                "Memset": (1.0, 3)}
+    rows = roofline.furthest(measured, list(ks.values()), peak, bandwidth, top=2)
+    assert [r["name"] for r in rows] == ["loop_select_fusion", "transpose.2"]
+    assert rows[0]["least_ms"] == pytest.approx(12 * least["loop_select_fusion"]) and rows[0]["row"] == "dropout"
+    assert "| loop_select_fusion | jvp(dropout)/select_n | dropout | 12 |" in roofline.furthest_markdown(rows)
+    assert "| 4.0x |" in roofline.furthest_markdown(rows)
+
+
 def test_a_loop_is_refused_rather_than_counted_once():
     looped = GPU_HLO.replace("%transpose.2 = bf16[16,64]{1,0} transpose(%loop_select_fusion), dimensions={1,0}",
                              "%transpose.2 = bf16[16,64]{1,0} while(%loop_select_fusion), condition=%c, body=%b")

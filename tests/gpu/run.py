@@ -10,13 +10,15 @@ logged and passed over:
    flash kernel against XLA); killed, their output kept, when the budget runs out; a test running over
    90 s prints its stacks.
 2. ``variants``: the default step of BERT-base at 128 tokens, batch 256, bfloat16, beside its variants
-   (``--variant``: the Pallas flash attention, it with the fused residual-dropout-LayerNorm kernel,
-   cuDNN's layer norm) and Hugging Face's PyTorch BERT in bfloat16, taking turns
+   (``--variant``: GELU through erfc, as before it went through erf; XLA's RngBitGenerator for
+   dropout's bits; the Pallas flash attention with the fused residual-dropout-LayerNorm kernel) and
+   Hugging Face's PyTorch BERT in bfloat16, taking turns
    (`bert_jax.benchmark.peers`); the Pallas kernels run once in a child process first, and a kernel
    that fails leaves out the variants that ask for it.
 3. ``profile_before``: the default step (compiled by the variants stage: cached) traced and reduced to
    a table (`bert_jax.benchmark.profile`), beside the same program's kernels at the card's roofline
-   (`bert_jax.benchmark.roofline`: what the AOT tool predicts without a GPU).
+   (`bert_jax.benchmark.roofline`: what the AOT tool predicts without a GPU) and the kernels furthest
+   over it.
 4. ``sizes``: BERT-base at 512 (batch 32), BERT-large at 512 (batch 16), ModernBERT-base at 1,024
    (batch 16), each once: with the fastest flags (a variant that beat the default by over 3%), else
    the default; the next size only while 45 s of the budget are left.
@@ -57,18 +59,19 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout's root: bert_jax, input_pipeline, tests/gpu
 
-# The variants timed beside the default step: each a change a GPU default could make (docs/records.md:
-# the Pallas flash attention with dropout inside, "Flash attention with dropout for GPUs"; with it, the
-# fused residual-dropout-LayerNorm kernel, "Residual, dropout and LayerNorm in one kernel"; cuDNN's
-# layer norm, "cuDNN's layer norm"); and the default's GELU before it went through erf, "GELU through
-# erf on a GPU" (the before of that change, never measured on a GPU).
-# Not again: --dropout_impl fused (4% slower), --xla_option xla_gpu_enable_triton_gemm=false (nothing on top
-# of unrolled layers), --rng_impl unsafe_rbg (1%, within the noise), --scan (9% slower: why the default
-# is unrolled), --attention_dropout 0 (10% faster, but a change of the recipe), docs/records.md "The GPU's
-# defaults"; each unrolled variant compiles for ~35 s. Not yet, for time: --recompute_activation false
-# (the default chosen from the compiler's program: "GELU recomputed in the backward").
-VARIANTS = ("--gelu_impl erfc", "--attention_impl flash", "--attention_impl flash --norm_impl fused",
-            "--xla_option xla_gpu_enable_cudnn_layer_norm=true")
+# The variants timed beside the default step: each a change a GPU default could make, or the before of
+# one the GPU has not timed (docs/records.md): the default's GELU before it went through erf ("GELU
+# through erf on a GPU"); XLA's RngBitGenerator for the dropout bits, the Threefry masks' kernels running
+# 3-16x their memory traffic in the H200 profile ("after the embedding fix"); the Pallas flash attention
+# with the fused residual-dropout-LayerNorm kernel ("Flash attention with dropout for GPUs", "Residual,
+# dropout and LayerNorm in one kernel"). Each unrolled variant compiles for ~35 s.
+# Timed on an H200 and not again: the flash attention alone (9% faster), cuDNN's layer norm (7%: a
+# compiler option the trainer does not set), docs/records.md "BERT-base's step on one H200 after the
+# embedding fix"; --dropout_impl fused (4% slower), --xla_option xla_gpu_enable_triton_gemm=false (nothing
+# on top of unrolled layers), --scan (9% slower: why the default is unrolled), --attention_dropout 0 (10%
+# faster, but a change of the recipe), "The GPU's defaults". Not yet, for time: --recompute_activation
+# false (the default chosen from the compiler's program: "GELU recomputed in the backward").
+VARIANTS = ("--gelu_impl erfc", "--rng_impl rbg", "--attention_impl flash --norm_impl fused")
 # Variants that change what is computed (the recipe), not how: timed for the record, never combined.
 RECIPE_CHANGES = ("--attention_dropout",)
 ONE = ["--mesh", "1,1,1"]  # one device: the run measures one GPU
@@ -86,7 +89,7 @@ QUICK = ["--size", "tiny", "--seq_len", "32", "--batch_size", "4", "--vocab_size
 # The numerics, never passed on a GPU yet, come first: in one process they ran past 253 s on an H200
 # (docs/records.md, "BERT-base's step on one H200 after the embedding fix"), and they are given 180 s in
 # four (what is left of them then is killed, what they printed kept: which tests passed, the slowest).
-COST = {"numerics": 180, "variants": 325, "profile_before": 25, "sizes": 60, "trainer": 45, "attention_kernels": 70,
+COST = {"numerics": 180, "variants": 290, "profile_before": 25, "sizes": 60, "trainer": 45, "attention_kernels": 70,
         "torch_compile": 100, "combined": 60, "profile_after": 40}
 MARGIN = 0.03  # a variant counts as faster beyond this share of the default's step (turns differ by ~1-2%)
 
@@ -265,11 +268,12 @@ def profiled(run: Run, name: str, extra: list[str]) -> dict:
     steps = ["--steps", "3", "--warmup", "1"] if run.quick else ["--steps", "10", "--warmup", "3"]
     (r,) = bench([*shapes(run, BASE), *steps, *extra, "--profile", str(where), "--profile_steps", "3"])
     table = profile.reduce_profile(where)
+    per_kernel = table.pop("per_kernel")  # results.jsonl keeps the rows
     waited = r["step_time_waited_median_s"] * 1e3
     run.note(f"## Where the time goes: {name} ({' '.join(extra) or 'the defaults'})\n\n"
              f"step {r['step_time_median_s'] * 1e3:.1f} ms as the trainer runs it, MFU {100 * r['mfu']:.1f}% "
              f"(each step waited for before the next: {waited:.1f} ms)\n\n" + profile.markdown(table)
-             + "\n\n" + least_time(where / profile.HLO_FILE))
+             + "\n\n" + least_time(where / profile.HLO_FILE, per_kernel))
     with tarfile.open(run.out / f"{name}.tar.gz", "w:gz") as tar:
         tar.add(where, arcname=name)
     import shutil
@@ -279,9 +283,10 @@ def profiled(run: Run, name: str, extra: list[str]) -> dict:
             "table": table}
 
 
-def least_time(hlo: Path) -> str:
+def least_time(hlo: Path, per_kernel: dict) -> str:
     """The same program's kernels at this card's roofline (bert_jax/benchmark/roofline.py), the rows
-    of the measured table: what `python -m bert_jax.benchmark.aot estimate` predicts without a GPU."""
+    of the measured table: what `python -m bert_jax.benchmark.aot estimate` predicts without a GPU;
+    then the measured kernels furthest over theirs (``per_kernel``: the profile's {name: (ms, runs)})."""
     import jax
 
     from bert_jax.benchmark import aot, roofline
@@ -291,10 +296,14 @@ def least_time(hlo: Path) -> str:
     if chip is None or not hlo.is_file():
         return f"(no roofline: {kind} is not in bert_jax.benchmark.aot.CHIPS, or no HLO was written)"
     try:
-        t = roofline.table(roofline.kernels(hlo.read_text()), chip.peak_bf16, chip.hbm_bandwidth)
+        ks = roofline.kernels(hlo.read_text())
     except ValueError as e:  # a loop in the program
         return f"(no roofline: {e})"
-    return f"The same program at the {chip.name}'s roofline (the least time of each kernel):\n\n" + roofline.markdown(t)
+    t = roofline.table(ks, chip.peak_bf16, chip.hbm_bandwidth)
+    over = roofline.furthest(per_kernel, ks, chip.peak_bf16, chip.hbm_bandwidth)
+    return (f"The same program at the {chip.name}'s roofline (the least time of each kernel):\n\n"
+            + roofline.markdown(t) + "\n\nThe kernels furthest over their least time (arithmetic, layout or "
+            "launches: the roofline counts bytes and matrix products only):\n\n" + roofline.furthest_markdown(over))
 
 
 def compare_table(r: dict) -> str:

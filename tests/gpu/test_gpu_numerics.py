@@ -4,8 +4,9 @@ accelerators). Their CPU halves run in CI: tests/training/test_gpu_choices.py an
 tests/model/test_cudnn_path.py, with cuDNN's call routed to XLA.
 
 * One pre-training loss and its gradients from the model resolved for the GPU (bfloat16, cuDNN
-  attention, unrolled, GELU through erf), run on the GPU, against the CPU's float32 ones on the same batch and parameters;
-  the same with the Pallas flash attention (interpreted on the CPU: the same dropout masks).
+  attention, unrolled, GELU through erf), run on the GPU, against the CPU's float32 ones on the same
+  batch and parameters; the same with the Pallas flash attention (interpreted on the CPU: the same
+  dropout masks).
 * cuDNN's attention and the Pallas flash kernel against XLA's on the GPU, through the encoder and its
   gradients: BERT on padded rows, ModernBERT on padded rows longer than its local window; scanned and
   unrolled. The flash kernel against its XLA reference with dropout (the same mask), float32 and bfloat16;
