@@ -182,6 +182,25 @@ def test_the_numerics_tests_are_dealt_to_processes_at_once(tmp_path, monkeypatch
     assert "===== worker 1: 2 tests =====" in (tmp_path / "gpu" / "numerics.txt").read_text()
 
 
+def test_the_fastest_flags_come_from_this_runs_variants_or_from_the_command_line(tmp_path):
+    """The sizes, torch_compile and profile_after stages run the fastest flags: the recipe-keeping
+    variant that beat the default by over 3%, or, when the variants ran in an earlier call,
+    ``--fastest`` ('' for the default)."""
+    import types
+
+    def timed(ms):
+        return [{"name": n, "step_time_median_s": t / 1e3} for n, t in ms.items()]
+
+    run = gpu_run.Run(tmp_path / "gpu", 100, quick=True, args=types.SimpleNamespace(fastest=None))
+    run.results["variants"] = {"implementations": timed({"ours": 60, "ours --rng_impl rbg": 59,
+                                                         "ours --attention_dropout 0": 50, "ours --x y": 55})}
+    assert gpu_run.fastest_flags(run) == ["--x", "y"]  # rbg within the margin; the recipe change never
+    run.args.fastest = "--attention_impl flash --norm_impl fused"
+    assert gpu_run.fastest_flags(run) == ["--attention_impl", "flash", "--norm_impl", "fused"]
+    run.args.fastest = ""
+    assert gpu_run.fastest_flags(run) == []
+
+
 def test_a_stage_the_budget_cannot_cover_is_skipped(tmp_path):
     out = tmp_path / "gpu"
     gpu_run.main(["--out", str(out), "--stages", "sizes", "--budget_s", "10", "--cache", str(tmp_path / "c")])

@@ -371,8 +371,11 @@ def variants(run: Run) -> dict:
 
 
 def fastest_flags(run: Run) -> list[str]:
-    """The flags of the combined step if it was measured faster, else of the fastest variant that
-    keeps the recipe and beats the default by more than ``MARGIN``, else none."""
+    """``--fastest`` where given (the variants timed by an earlier run); else the flags of the combined
+    step if it was measured faster, else of the fastest variant that keeps the recipe and beats the
+    default by more than ``MARGIN``, else none."""
+    if getattr(run.args, "fastest", None) is not None:
+        return run.args.fastest.split()
     combined = run.results.get("combined")
     if combined:
         ours = {x["name"]: x["step_time_median_s"] for x in combined["implementations"] if x["name"].startswith("ours")}
@@ -485,6 +488,8 @@ def main(argv=None) -> int:
     p.add_argument("--numerics_workers", type=int, default=NUMERICS_WORKERS,
                    help="the numerics stage's pytest processes at once")
     p.add_argument("--cost", action="append", default=[], metavar="STAGE=S", help="a stage's expected seconds")
+    p.add_argument("--fastest", default=None, metavar="FLAGS", help="the flags of the sizes, torch_compile and "
+                   "profile_after stages (default: the fastest this run's variants stage measured; '' the default)")
     a = p.parse_args(argv)
     a.costs = {}
     for c in a.cost:
