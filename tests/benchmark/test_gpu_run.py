@@ -165,21 +165,45 @@ def test_the_numerics_tests_are_dealt_to_processes_at_once(tmp_path, monkeypatch
         calls.append(cmds)
         if "--collect-only" in cmds[0]:
             return [subprocess.CompletedProcess(cmds[0], 0, stdout="\n".join(ids) + "\n\n5 tests collected", stderr="")]
-        return [subprocess.CompletedProcess(cmd, i, stdout=f"x: 0.0{i} relative\n{i + 1}.50s call {tests_of(cmd)[0]}\n"
-                                            + ("FAILED tests/gpu/x\n" if i else "") + f"{i} failed", stderr="")
-                for i, cmd in enumerate(cmds)]
+        # the first process passes its first test and ends; the second fails its first, then is killed
+        return [subprocess.CompletedProcess(
+            cmd, 124 * i, stdout=f"x: 0.0{i} relative\n{i + 1}.50s call {tests_of(cmd)[0]}\n"
+            + (f"FAILED {tests_of(cmd)[0]} - AssertionError\n" if i else f"PASSED {tests_of(cmd)[0]}\n")
+            + f"{i} failed", stderr="") for i, cmd in enumerate(cmds)]
 
     monkeypatch.setattr(gpu_run, "children", fake)
     run = gpu_run.Run(tmp_path / "gpu", 100, quick=True,
                       args=types.SimpleNamespace(pytest_k="", costs={}, numerics_workers=2))
     r = gpu_run.numerics(run)
     assert [tests_of(cmd) for cmd in calls[1]] == [ids[0::2], ids[1::2]]
-    assert r["returncode"] == 1 and r["tail"] == "0 failed | 1 failed"
-    assert r["lines"] == ["x: 0.00 relative", "x: 0.01 relative", "FAILED tests/gpu/x"]
+    assert r["returncode"] == 124 and r["tail"] == "0 failed | 1 failed"
+    assert r["lines"] == ["x: 0.00 relative", "x: 0.01 relative", f"FAILED {ids[1]} - AssertionError"]
     assert r["slowest"] == [f"2.50s call {ids[1]}", f"1.50s call {ids[0]}"]
+    # the first process ended: its tests not named passed or failed were skipped; the second was killed
+    assert r["tests"] == {ids[0]: "passed", ids[1]: "failed", ids[2]: "skipped", ids[3]: "not finished",
+                          ids[4]: "skipped"}
     summary = (tmp_path / "gpu" / "summary.md").read_text()
-    assert "5 tests in 2 processes at once; exit status 1" in summary
+    assert "5 tests in 2 processes at once; exit status 124" in summary
     assert "===== worker 1: 2 tests =====" in (tmp_path / "gpu" / "numerics.txt").read_text()
+
+
+def test_the_outcome_gathers_each_test_function_and_each_variant(tmp_path):
+    """The summary's last section: the GPU tests' outcomes by test function (a test a killed process
+    never finished counts as such) and each variant's step against the default's."""
+    import types
+
+    run = gpu_run.Run(tmp_path / "gpu", 100, quick=True, args=types.SimpleNamespace())
+    run.results["numerics"] = {"tests": {"tests/gpu/t.py::test_step[bert]": "passed",
+                                         "tests/gpu/t.py::test_step[modernbert]": "failed",
+                                         "tests/gpu/t.py::test_twice": "not finished"}}
+    run.results["variants"] = {"implementations": [{"name": n, "step_time_median_s": t} for n, t in
+                                                   [("ours", 0.100), ("ours --a", 0.090), ("ours --b", 0.101),
+                                                    ("ours --c", 0.110), ("hf-torch", 0.150)]]}
+    assert gpu_run.outcome(run).splitlines() == [
+        "## What this run decides", "- test_step: 1 failed, 1 passed", "- test_twice: 1 not finished",
+        "- `--a`: -10.0% a step against the default (faster)",
+        "- `--b`: +1.0% a step against the default (within 3%)",
+        "- `--c`: +10.0% a step against the default (slower)"]
 
 
 def test_the_fastest_flags_come_from_this_runs_variants_or_from_the_command_line(tmp_path):

@@ -31,7 +31,8 @@ logged and passed over:
 8. ``combined``: the variants that beat the default by more than 3% together, against the default.
 9. ``profile_after``: the fastest step traced and reduced like the default.
 
-DIR gets ``summary.md`` (the tables), ``results.jsonl`` (every result), ``log.txt``, ``numerics.txt``, ``trainer.txt``
+DIR gets ``summary.md`` (the tables, then what the run decides: the GPU tests' outcomes by test
+function, each variant against the default), ``results.jsonl`` (every result), ``log.txt``, ``numerics.txt``, ``trainer.txt``
 and ``profile_before.tar.gz`` / ``profile_after.tar.gz`` (trace, HLO and metadata: ``tar xzf`` and
 ``python -m bert_jax.benchmark.profile`` reduce them again). ``--quick`` runs the same stages on tiny
 shapes (a dry run on a CPU).
@@ -46,6 +47,7 @@ shapes (a dry run on a CPU).
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import json
 import os
@@ -222,7 +224,31 @@ def numerics(run: Run) -> dict:
     run.note(f"{run.title('numerics', 'The GPU against the CPU (pytest tests/gpu)', status)}\n\n"
              f"{len(ids)} tests in {len(groups)} processes at once; exit status {status}: {' | '.join(tails)}\n\n"
              + "\n".join(f"    {x}" for x in lines) + "\n\nslowest:\n\n" + "\n".join(f"    {x}" for x in slowest))
-    return {"returncode": status, "tail": " | ".join(tails), "lines": lines, "slowest": slowest}
+    said = {m[2]: m[1].lower() for m in (re.match(r"^(PASSED|FAILED|ERROR) (\S+)", x) for x in out) if m}
+    ended = {i for g, p in zip(groups, done, strict=True) if p.returncode in (0, 1) for i in g}  # pytest's end
+    # -rA names each passed, failed and erred test at the end; skipped ones it counts by reason
+    return {"returncode": status, "tail": " | ".join(tails), "lines": lines, "slowest": slowest,
+            "tests": {i: said.get(i, "skipped" if i in ended else "not finished") for i in ids}}
+
+
+def outcome(run: Run) -> str:
+    """What the run decides, in one place: each GPU test's outcome by test function, and each variant's
+    step against the default's (faster beyond ``MARGIN``: a candidate default)."""
+    lines = ["## What this run decides"]
+    tests = (run.results.get("numerics") or {}).get("tests", {})
+    by_function = collections.defaultdict(collections.Counter)
+    for test_id, result in tests.items():
+        by_function[test_id.split("::")[-1].split("[")[0]][result] += 1
+    lines += [f"- {name}: " + ", ".join(f"{n} {result}" for result, n in sorted(counts.items()))
+              for name, counts in by_function.items()] or ["- the GPU tests: not run"]
+    times = {x["name"]: x["step_time_median_s"] for x in (run.results.get("variants") or {}).get("implementations", [])}
+    for name, t in times.items():
+        if name.startswith("ours ") and "ours" in times:
+            change = t / times["ours"] - 1
+            verdict = "faster" if change < -MARGIN else "slower" if change > MARGIN else f"within {MARGIN:.0%}"
+            flags = name.removeprefix("ours ")
+            lines.append(f"- `{flags}`: {100 * change:+.1f}% a step against the default ({verdict})")
+    return "\n".join(lines)
 
 
 def attention_kernels(run: Run) -> list[dict]:
@@ -519,6 +545,7 @@ def main(argv=None) -> int:
     environment(run)
     for name in chosen:
         run.stage(name, stages[name])
+    run.note(outcome(run))
     run.note(f"total {time.monotonic() - run.start:.0f} s")
     return 0
 
