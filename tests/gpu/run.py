@@ -34,8 +34,8 @@ logged and passed over:
 DIR gets ``summary.md`` (the tables, then what the run decides: the GPU tests' outcomes by test
 function, each variant against the default), ``results.jsonl`` (every result), ``log.txt``,
 ``numerics.txt``, ``trainer.txt`` and ``profile_before.tar.gz`` / ``profile_after.tar.gz`` (trace, HLO
-and metadata: ``tar xzf`` and ``python -m bert_jax.benchmark.profile`` reduce them again). ``--quick`` runs the same stages on tiny
-shapes (a dry run on a CPU).
+and metadata: ``tar xzf`` and ``python -m bert_jax.benchmark.profile`` reduce them again). ``--quick``
+runs the same stages on tiny shapes (a dry run on a CPU).
 
     XLA_PYTHON_CLIENT_MEM_FRACTION=0.55 python tests/gpu/run.py --out /tmp/gpu --budget_s 480
 
