@@ -212,7 +212,7 @@ def resolve_recompute(value: bool | str, platform: str) -> bool:
 
 def resolve_gelu(impl: str, platform: str) -> str:
     """``"auto"`` → "erf" (x · (1 + erf(x / √2)) / 2 in float32) on NVIDIA GPUs, where ``jax.nn.gelu``'s
-    erfc, two divisions and two exponentials an element, made the feed-forward's GELU forward and
+    erfc, two divisions and one or two exponentials an element, made the feed-forward's GELU forward and
     backward 3-4x slower than their memory traffic (13% of BERT-base's step on an H200); "erfc"
     (``jax.nn.gelu``) elsewhere: the CPU's programs stay those that made the demo's table, and a TPU
     kept float32 intermediates through erf (docs/records.md, "GELU through erf on a GPU"). An explicit

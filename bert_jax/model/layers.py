@@ -43,7 +43,7 @@ def erf_gelu(x: jax.Array) -> jax.Array:
     and the dense block's where ``gelu_impl`` is "erf". ``jax.nn.gelu`` goes through erfc, which XLA
     expands into branches that read their input many times: it then keeps GeGLU's intermediates in
     memory instead of fusing them (docs/records.md, "GeGLU through erf, with its own backward"), and
-    its arithmetic, two divisions and two exponentials an element, bounds a GPU's GELU kernels
+    its arithmetic, two divisions and one or two exponentials an element, bounds a GPU's GELU kernels
     ("GELU through erf on a GPU")."""
     x32 = x.astype(jnp.float32)
     return (0.5 * x32 * (1.0 + jax.lax.erf(x32 * np.float32(1 / math.sqrt(2))))).astype(x.dtype)
