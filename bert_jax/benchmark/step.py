@@ -35,6 +35,7 @@ import numpy as np
 from bert_jax.benchmark import peers, profile, timing, trainer_steps
 from bert_jax.benchmark.flops import device_peak, model_flops
 from bert_jax.config_args import config_module, load_config_file
+from bert_jax.model.config import GELU_IMPLS
 from bert_jax.resolve import resolve, resolve_per_device_batch
 from bert_jax.training import sharding as sh
 from bert_jax.training.sharding_rules import config_rules
@@ -313,7 +314,7 @@ SHAPE_FLAGS = ("--model", "--size", "--seq_len", "--batch_size", "--max_predicti
 
 # The model's execution choices a flag sets (bert_jax/resolve.py says what "auto" means on each platform).
 IMPLS = {"attention_impl": ("xla", "cudnn", "explicit", "flash"), "dropout_impl": ("jax", "fused"),
-         "norm_impl": ("xla", "fused"), "gelu_impl": ("erfc", "erf")}
+         "norm_impl": ("xla", "fused"), "gelu_impl": GELU_IMPLS}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
