@@ -187,6 +187,34 @@ def test_the_numerics_tests_are_dealt_to_processes_at_once(tmp_path, monkeypatch
     assert "===== worker 1: 2 tests =====" in (tmp_path / "gpu" / "numerics.txt").read_text()
 
 
+@pytest.mark.parametrize("flags,accepted", [("--xla_gpu_autotune_level=0", True), ("--xla_no_such_option=1", False)])
+def test_the_numerics_children_get_the_xla_options_jax_starts_with(tmp_path, monkeypatch, flags, accepted):
+    """The numerics' pytest children run with ``--numerics_xla_flags`` added to XLA_FLAGS when a JAX
+    started with them (a real child process) does; an option XLA does not know, which would abort every
+    child, is left out and said."""
+    import os
+    import subprocess
+    import types
+
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+    assert gpu_run.xla_flags_accepted(flags, dict(os.environ)) is accepted
+    envs = []
+
+    def fake(cmds, env, timeout):
+        envs.append(env["XLA_FLAGS"])
+        return [subprocess.CompletedProcess(cmd, 0, stdout="tests/gpu/t.py::test_a\n1 passed", stderr="")
+                for cmd in cmds]
+
+    monkeypatch.setattr(gpu_run, "xla_flags_accepted", lambda f, env: accepted)
+    monkeypatch.setattr(gpu_run, "children", fake)
+    run = gpu_run.Run(tmp_path / "gpu", 100, quick=True, args=types.SimpleNamespace(
+        pytest_k="", costs={}, numerics_workers=1, numerics_xla_flags=flags))
+    gpu_run.numerics(run)
+    expected = "--xla_force_host_platform_device_count=8" + (f" {flags}" if accepted else "")
+    assert envs == [expected, expected]  # the listing and the tests
+    assert (f"XLA options `{flags}` left out" in (tmp_path / "gpu" / "summary.md").read_text()) is not accepted
+
+
 def test_the_outcome_gathers_each_test_function_and_each_variant(tmp_path):
     """The summary's last section: the GPU tests' outcomes by test function (a test a killed process
     never finished counts as such) and each variant's step against the default's."""

@@ -6,9 +6,10 @@ show first, each stage skipped when what is left of ``--budget_s`` would not cov
 logged and passed over:
 
 1. ``numerics``: ``pytest tests/gpu`` in child processes at once (``--numerics_workers``, the tests
-   dealt out in turn) that do not preallocate (the GPU against the CPU's float32 step; cuDNN and the
-   flash kernel against XLA); killed, their output kept, when the budget runs out; a test running over
-   90 s prints its stacks.
+   dealt out in turn) that neither preallocate nor autotune the matrix products
+   (``--numerics_xla_flags``): the GPU against the CPU's float32 step; cuDNN and the flash kernel
+   against XLA. Killed, their output kept, when the budget runs out; a test running over 90 s prints
+   its stacks.
 2. ``variants``: the default step of BERT-base at 128 tokens, batch 256, bfloat16, beside its variants
    (``--variant``: GELU through erfc, as before it went through erf; XLA's RngBitGenerator for
    dropout's bits; the Pallas flash attention with the fused residual-dropout-LayerNorm kernel) and
@@ -190,6 +191,22 @@ NUMERICS_WORKERS = 4
 # stage that ran out of time stood.
 NUMERICS_STACKS_AFTER_S = 90
 PYTEST = ["-m", "pytest", "-p", "no:cacheprovider"]
+# XLA options of the numerics' children: no autotuning of the matrix products. The tests compile ~45 small
+# programs, and XLA's GEMM autotuner compiles and times dozens of Triton tilings of each product (minutes for
+# a program of a dozen fusions: openxla/xla#13108) where only the arithmetic is under test; the kernels
+# under test (cuDNN's attention, the Pallas ones) are not autotuned either way. An option this XLA does not
+# know would abort every child: each is tried in a child first and left out if it fails.
+NUMERICS_XLA_FLAGS = "--xla_gpu_autotune_level=0"
+
+
+def xla_flags_accepted(flags: str, env: dict) -> bool:
+    """Whether JAX starts with ``flags`` added to ``XLA_FLAGS`` (an unknown one aborts the process)."""
+    probe = child([sys.executable, "-c", "import jax; jax.devices()"], with_xla_flags(env, flags), 120)
+    return probe.returncode == 0
+
+
+def with_xla_flags(env: dict, flags: str) -> dict:
+    return {**env, "XLA_FLAGS": f"{env.get('XLA_FLAGS', '')} {flags}".strip()}
 
 
 def numerics(run: Run) -> dict:
@@ -200,6 +217,11 @@ def numerics(run: Run) -> dict:
         sys.modules["torch"].cuda.empty_cache()
     env = {**os.environ, "BERT_JAX_GPU_TESTS": "1", "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
            "BERT_JAX_TEST_CACHE": ""}
+    flags = getattr(run.args, "numerics_xla_flags", "")
+    if flags and not xla_flags_accepted(flags, env):
+        run.note(f"## numerics: XLA options `{flags}` left out (JAX would not start with them)")
+    elif flags:
+        env = with_xla_flags(env, flags)
     select = ["-k", run.args.pytest_k] if run.args.pytest_k else []
     listed = child([sys.executable, *PYTEST, "tests/gpu", "--collect-only", "-q", *select], env, 120)
     ids = [x for x in listed.stdout.splitlines() if x.startswith("tests/gpu/") and "::" in x]
@@ -513,6 +535,8 @@ def main(argv=None) -> int:
     p.add_argument("--pytest_k", default="", help="the numerics stage's pytest -k expression")
     p.add_argument("--numerics_workers", type=int, default=NUMERICS_WORKERS,
                    help="the numerics stage's pytest processes at once")
+    p.add_argument("--numerics_xla_flags", default=NUMERICS_XLA_FLAGS, help="XLA_FLAGS added for the numerics "
+                   "stage's tests ('' to autotune as the trainer does)")
     p.add_argument("--cost", action="append", default=[], metavar="STAGE=S", help="a stage's expected seconds")
     p.add_argument("--fastest", default=None, metavar="FLAGS", help="the flags of the sizes, torch_compile and "
                    "profile_after stages (default: the fastest this run's variants stage measured; '' the default)")
