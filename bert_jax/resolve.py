@@ -27,7 +27,9 @@ What "auto" means per platform lives here, one pure function of the platform's n
 * ``per_device_batch`` (pre-training): rows per batch shard in one micro-batch (0: the whole batch
   at once), `resolve_per_device_batch` of the rows each of ``batch_shards`` data-parallel shards
   holds: 8 on the CPU, 0 on GPU/TPU, and 0 whenever ``unpad_multiple`` is set (unpadding's blocks
-  take the whole batch) or the batch does not split evenly over the shards.
+  take the whole batch) or the batch does not split evenly over the shards;
+* ``global_norm``: `resolve_global_norm` (the clip's and the logged norms in ~10 grouped reductions
+  on NVIDIA GPUs when no parameter is split over devices; one reduction a parameter elsewhere).
 
 The model section's fields are resolved against the model it describes (`described_model`: its
 size's table with the section's fields on top), so a shared block and the head width count as they
@@ -55,6 +57,8 @@ __all__ = ["EXECUTION_FIELDS"]  # the model fields "auto" may stand for (BertCon
 # saved record's "auto" reads as (`saved_model`).
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(BertConfig) if f.name in EXECUTION_FIELDS}
 CUDNN_DTYPES = ("bfloat16", "float16")
+GLOBAL_NORMS = ("per_leaf", "grouped")  # config.global_norm's choices (bert_jax/training/global_norm.py)
+MESH_AXES = ("data", "fsdp", "tensor")  # what config.mesh_shape counts (bert_jax/training/sharding_rules.py's)
 CPU_MICRO_BATCH = 8  # rows per micro-batch that "auto" takes on the CPU
 
 
@@ -79,6 +83,9 @@ def resolve(config: ml_collections.ConfigDict, platform: str, *, batch_shards: i
         with c.unlocked():  # the field may hold a string ("auto"): replaced by its number
             del c["per_device_batch"]
             c.per_device_batch = rows
+    if "global_norm" in c:
+        with c.unlocked():
+            c.global_norm = resolve_global_norm(c.global_norm, platform, params_whole=params_whole(c))
     left = auto_keys(c)
     if left:
         raise ValueError(f"config keys {left} are still 'auto' after resolving for {platform!r}")
@@ -222,6 +229,33 @@ def resolve_gelu(impl: str, platform: str) -> str:
     if impl != AUTO:
         return impl
     return "erf" if platform_kind(platform) == "gpu" else "erfc"
+
+
+def resolve_global_norm(kind: str, platform: str, *, params_whole: bool) -> str:
+    """``"auto"`` → "grouped" (bert_jax/training/global_norm.py: ~10 reductions for BERT-base's ~200
+    parameters, each read once) on NVIDIA GPUs when ``params_whole`` (no parameter split over devices:
+    grouping concatenates them), where the per-parameter reductions were 360 kernels and 1.3 ms of
+    BERT-base's step on an H200 (docs/records.md, "The global norms in grouped reductions"); else
+    "per_leaf" (``optax.tree.norm``). An explicit choice unchanged."""
+    if kind not in (AUTO, *GLOBAL_NORMS):
+        raise ValueError(f"global_norm {kind!r}: expected one of {(AUTO, *GLOBAL_NORMS)}")
+    if kind != AUTO:
+        return kind
+    return "grouped" if platform_kind(platform) == "gpu" and params_whole else "per_leaf"
+
+
+def params_whole(c: ml_collections.ConfigDict) -> bool:
+    """Whether ``c``'s sharding rules put every parameter axis on mesh axes of one device in
+    ``c.mesh_shape`` (an axis of -1 takes the devices left: counted as more than one)."""
+    if "mesh_shape" not in c or "sharding_rules" not in c:
+        return True
+    size = dict(zip(MESH_AXES, tuple(c.mesh_shape), strict=False))
+    for name, axes in c.sharding_rules:
+        if name == "batch" or name.startswith("activation_") or axes is None:
+            continue
+        if any(size.get(a, -1) != 1 for a in ((axes,) if isinstance(axes, str) else axes)):
+            return False
+    return True
 
 
 def resolve_scan(scan_layers: bool | str, platform: str, *, shared: bool = False) -> bool:

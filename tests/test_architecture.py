@@ -274,7 +274,7 @@ def test_training_holds_the_trainer_the_step_builder_and_the_services():
     """bert_jax/training is the trainer's package: no task lives there (pre-training has its own)."""
     found = {p.stem for p in (ROOT / "bert_jax" / "training").glob("*.py")} - {"__init__"}
     assert found == {"trainer", "task", "steps",  # the trainer, its contract with a task, the step builder
-                     "optim", "trust_ratio", "sharding", "sharding_rules",  # what the step builder uses
+                     "optim", "trust_ratio", "global_norm", "sharding", "sharding_rules",  # the step builder's
                      "checkpoints", "metric_writer", "progress", "preemption", "workdir_lock", "distributed"}, found
 
 

@@ -12,13 +12,16 @@ import pytest
 from bert_jax.model.config import BertConfig
 from bert_jax.model.layers import attention_call
 from bert_jax.resolve import (
+    MESH_AXES,
     auto_keys,
     described_model,
+    params_whole,
     resolve,
     resolve_attention,
     resolve_dropout,
     resolve_dtype,
     resolve_gelu,
+    resolve_global_norm,
     resolve_norm,
     resolve_per_device_batch,
     resolve_recompute,
@@ -160,6 +163,43 @@ def test_gelu_impl_rejects_an_unknown_form():
         resolve_gelu("tanh", "gpu")
 
 
+@pytest.mark.parametrize("value, platform, whole, want", [
+    ("auto", "gpu", True, "grouped"), ("auto", "cuda", True, "grouped"), ("auto", "gpu", False, "per_leaf"),
+    ("auto", "cpu", True, "per_leaf"), ("auto", "tpu", True, "per_leaf"), ("auto", "rocm", True, "per_leaf"),
+    ("grouped", "tpu", False, "grouped"), ("per_leaf", "gpu", True, "per_leaf"),
+])
+def test_grouped_global_norms_on_nvidia_gpus_with_whole_parameters(value, platform, whole, want):
+    assert resolve_global_norm(value, platform, params_whole=whole) == want
+    with pytest.raises(ValueError, match=r"global_norm 'fast': expected one of \('auto', 'per_leaf', 'grouped'\)"):
+        resolve_global_norm("fast", platform, params_whole=whole)
+
+
+@pytest.mark.parametrize("mesh, rules, whole", [
+    ((-1, 1, 1), None, True),  # data parallel: every device holds every parameter
+    ((1, 1, 1), None, True),
+    ((-1, 8, 1), None, False),  # FSDP: "embed" over fsdp
+    ((2, -1, 1), None, False),  # fsdp takes the devices left: more than one
+    ((4, 1, 2), None, False),  # tensor parallel: heads, mlp, vocab
+    ((-1, 8, 1), (("batch", ("data", "fsdp")), ("embed", None), ("activation_embed", "fsdp")), True),
+])
+def test_whole_parameters_are_read_from_the_mesh_and_the_rules(load_config, mesh, rules, whole):
+    """What "auto" asks of a job config: whether any parameter's axis lands on a mesh axis of more than
+    one device (activations' and the batch's rules do not count)."""
+    c = load_config("pretrain", "size=tiny,runlocal")
+    with c.unlocked():
+        c.mesh_shape = mesh
+        if rules is not None:
+            c.sharding_rules = rules
+    assert params_whole(c) is whole
+    assert resolve(c, "gpu").global_norm == ("grouped" if whole else "per_leaf")
+
+
+def test_the_mesh_axes_are_the_shardings():
+    from bert_jax.training.sharding_rules import MESH_AXES as SHARDING_MESH_AXES
+
+    assert MESH_AXES == SHARDING_MESH_AXES
+
+
 def test_a_job_config_resolves_once(load_config):
     """No "auto" left in what config.json records; micro-batches from the rows per batch shard on
     the CPU, none on an accelerator; the given config is left as it was."""
@@ -179,6 +219,8 @@ def test_a_job_config_resolves_once(load_config):
     assert [resolve(c, p, batch_shards=1).model.recompute_activation for p in ("cpu", "gpu", "tpu")] == \
         ["true", "true", "false"]
     assert [resolve(c, p, batch_shards=1).model.gelu_impl for p in ("cpu", "gpu", "tpu")] == ["erfc", "erf", "erfc"]
+    assert [resolve(c, p, batch_shards=1).global_norm for p in ("cpu", "gpu", "tpu")] == \
+        ["per_leaf", "grouped", "per_leaf"]
     assert "auto" not in cpu.to_json()
     assert described_model(cpu.model).scanned is False  # what the trainers build from it
     with pytest.raises(ValueError, match="needs the batch's data-parallel shards"):

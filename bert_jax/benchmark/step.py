@@ -38,6 +38,7 @@ from bert_jax.config_args import config_module, load_config_file
 from bert_jax.model.config import GELU_IMPLS
 from bert_jax.resolve import resolve, resolve_per_device_batch
 from bert_jax.training import sharding as sh
+from bert_jax.training.global_norm import GLOBAL_NORMS
 from bert_jax.training.sharding_rules import config_rules
 from input_pipeline import command_line as cli
 from input_pipeline.pretraining.packing import PackedBatches
@@ -86,7 +87,7 @@ class Bench:
                  gelu_impl=a.gelu_impl, attention_dropout_prob=dropout,
                  recompute_activation=a.recompute_activation,
                  max_position_embeddings=max(m.max_position_embeddings, a.seq_len + (m.position_offset or 0)))
-        config.update(per_device_batch=a.per_device_batch, unpad_multiple=a.unpad_multiple)
+        config.update(per_device_batch=a.per_device_batch, unpad_multiple=a.unpad_multiple, global_norm=a.global_norm)
         config.data.update(max_seq_length=a.seq_len, max_predictions_per_seq=a.max_predictions)
         shape = tuple(int(x) for x in a.mesh.split(","))
         self.mesh = sh.make_mesh(shape, jax.devices() if -1 in shape else jax.devices()[: math.prod(shape)])
@@ -106,6 +107,7 @@ class Bench:
             c.batch_size = batch_size
             c = resolve(c, jax.default_backend(), batch_shards=sh.batch_shards(self.mesh, self.rules))
             self._steps[batch_size], self.cfg, _ = trainer_steps.build(c, self.mesh)
+            self.global_norm = c.global_norm
         return self._steps[batch_size]
 
     def host_batches(self, batch_size: int, packed: bool = True) -> list[dict[str, np.ndarray]]:
@@ -175,6 +177,7 @@ class Bench:
                                        cfg.max_position_embeddings, self.recipe_positions),
                 "dtype": a.dtype, "remat": a.remat, "scan": cfg.scanned, "rng_impl": a.rng_impl,
                 "dropout_impl": cfg.dropout_impl, "norm_impl": cfg.norm_impl, "gelu_impl": cfg.gelu_impl,
+                "global_norm": self.global_norm,
                 "recompute_activation": cfg.recompute_activation,
                 "attention_path": path, "unpad_multiple": a.unpad_multiple,
                 "per_device_batch": a.per_device_batch, "accumulation_steps": steps.accumulation_steps,
@@ -312,9 +315,10 @@ SHAPE_FLAGS = ("--model", "--size", "--seq_len", "--batch_size", "--max_predicti
                "--short_seq_prob")  # the same for every variant: the work and the data
 
 
-# The model's execution choices a flag sets (bert_jax/resolve.py says what "auto" means on each platform).
-IMPLS = {"attention_impl": ("xla", "cudnn", "explicit", "flash"), "dropout_impl": ("jax", "fused"),
-         "norm_impl": ("xla", "fused"), "gelu_impl": GELU_IMPLS}
+# The execution choices a flag sets (bert_jax/resolve.py says what "auto" means on each platform): the
+# model's, and the trainer's global norm (config.global_norm).
+IMPLS = {"model.attention_impl": ("xla", "cudnn", "explicit", "flash"), "model.dropout_impl": ("jax", "fused"),
+         "model.norm_impl": ("xla", "fused"), "model.gelu_impl": GELU_IMPLS, "global_norm": GLOBAL_NORMS}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -335,8 +339,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     add("--scan", action="store_const", const=True, default="auto", help="scanned layers (default: the trainer's)")
     add("--noscan", dest="scan", action="store_const", const=False, help="unrolled layers")
     add("--attention_dropout", type=float, default=None, help="default: the recipe's")
-    for name, choices in IMPLS.items():
-        add(f"--{name}", default="auto", choices=("auto", *choices), help=f"model.{name}")
+    for key, choices in IMPLS.items():  # --attention_impl: config.model.attention_impl
+        add(f"--{key.split('.')[-1]}", default="auto", choices=("auto", *choices), help=f"config.{key}")
     add("--recompute_activation", default="auto", choices=("auto", "true", "false"), help="model.recompute_activation")
     add("--rng_impl", default="threefry2x32", choices=("threefry2x32", "philox4x32", "rbg", "unsafe_rbg"))
     add("--per_device_batch", default="auto", metavar="auto|N", help="config.per_device_batch (0: no micro-batches)")

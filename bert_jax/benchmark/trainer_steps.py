@@ -37,7 +37,7 @@ def update_fn(steps):
     """The optimizer update alone, as the trainer's step ends: (state, gradients) -> (state, metrics)."""
     from bert_jax.training.steps import apply_gradients
 
-    return functools.partial(apply_gradients, tx=steps.layout.tx, schedule=steps.schedule, metrics={})
+    return functools.partial(apply_gradients, tx=steps.layout.tx, schedule=steps.schedule, metrics={}, norm=steps.norm)
 
 
 def memory(compiled) -> dict | None:

@@ -32,6 +32,7 @@ import functools
 import json
 import logging
 import math
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -127,13 +128,13 @@ def _loss(params, graphdef, batch, rng, whole: dict | None, kind: str):
 
 
 def train_step(state: TrainState, batch: dict, rng: jax.Array, *, graphdef, tx, schedule, kind: str,
-               accumulation_steps: int = 1) -> tuple[TrainState, dict]:
+               accumulation_steps: int = 1, norm: Callable = optax.tree.norm) -> tuple[TrainState, dict]:
     """One optimizer step on the mean loss of the batch's real rows (`bert_jax.training.steps.train_step`:
     the same micro-batches as pre-training); dropout key = rng ⊕ step."""
     return steps_lib.train_step(state, batch, rng, graphdef=graphdef, tx=tx, schedule=schedule,
                                 loss=functools.partial(_loss, kind=kind),
                                 denominators=functools.partial(denominators, kind=kind), summarize=metrics_from_sums,
-                                accumulation_steps=accumulation_steps)
+                                accumulation_steps=accumulation_steps, norm=norm)
 
 
 def eval_step(params: dict, batch: dict, *, graphdef, kind: str) -> tuple[dict, dict]:
@@ -184,7 +185,7 @@ def jit_finetuning_steps(config, cfg: BertConfig, kind: str, num_labels: int, to
     return jit_steps(functools.partial(make_model, cfg, kind, num_labels),
                      {**opt, "warmup_steps": warmup, "num_train_steps": total}, mesh, rules,
                      functools.partial(train_step, kind=kind, accumulation_steps=accumulation),
-                     functools.partial(eval_step, kind=kind), accumulation)
+                     functools.partial(eval_step, kind=kind), accumulation, config.get("global_norm", "per_leaf"))
 
 
 def load_data(config, task, tokenizer) -> dict:

@@ -162,12 +162,12 @@ def _train_loss(params, graphdef, batch, rng, denominators: dict | None):
 
 
 def train_step(state: TrainState, batch: dict, rng: jax.Array, *, graphdef, tx, schedule,
-               accumulation_steps: int = 1) -> tuple[TrainState, dict]:
+               accumulation_steps: int = 1, norm: Callable = optax.tree.norm) -> tuple[TrainState, dict]:
     """One optimizer step on the pre-training loss (`bert_jax.training.steps.train_step`: micro-batches
     dividing by the whole batch's counts, `loss_denominators`)."""
     return steps_lib.train_step(state, batch, rng, graphdef=graphdef, tx=tx, schedule=schedule, loss=_train_loss,
                                 denominators=loss_denominators, summarize=metrics_from_sums,
-                                accumulation_steps=accumulation_steps)
+                                accumulation_steps=accumulation_steps, norm=norm)
 
 
 def eval_step(params: dict, batch: dict, *, graphdef) -> dict:
@@ -204,4 +204,5 @@ def jit_pretraining_steps(config, model_config: BertConfig, mesh: Mesh) -> Steps
     accumulation = accumulation_steps(config, mesh, rules)
     make_model = pretraining_model(model_config, config.objective, electra_settings(config))
     return jit_steps(make_model, optimizer, mesh, rules,
-                     functools.partial(train_step, accumulation_steps=accumulation), eval_step, accumulation)
+                     functools.partial(train_step, accumulation_steps=accumulation), eval_step, accumulation,
+                     config.get("global_norm", "per_leaf"))

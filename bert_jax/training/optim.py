@@ -36,6 +36,7 @@ the way (the same mask), and no gradient clipping applies (``clip_norm`` must be
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -44,6 +45,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from bert_jax.training.global_norm import clip_by_global_norm, norm_fn
 from bert_jax.training.trust_ratio import axes_by_path, path_names, scale_by_layerwise_trust_ratio
 
 OPTIMIZERS = ("adamw_bert", "adamw", "lamb", "stableadamw")
@@ -365,7 +367,7 @@ def scale_by_stable_adam(b1: float, b2: float, eps: float, decay: float = 0.0, m
     return optax.GradientTransformation(init_fn, update_fn)
 
 
-def make_optimizer(cfg: Any, *, ignore_unknown: bool = False, stacked: Any = None
+def make_optimizer(cfg: Any, *, ignore_unknown: bool = False, stacked: Any = None, global_norm: str = "per_leaf"
                    ) -> tuple[optax.GradientTransformation, optax.Schedule]:
     """``(tx, schedule_fn)`` from an ``OptimizerConfig``, ``ConfigDict``, mapping or dataclass.
 
@@ -389,7 +391,9 @@ def make_optimizer(cfg: Any, *, ignore_unknown: bool = False, stacked: Any = Non
     """
     cfg = OptimizerConfig.from_config_dict(cfg, ignore_unknown=ignore_unknown)
     lr = make_schedule(cfg)
-    parts = [optax.clip_by_global_norm(cfg.clip_norm)] if cfg.clip_norm else []
+    norm = norm_fn(global_norm)  # how the clip's global norm is computed (bert_jax/training/global_norm.py)
+    clip = optax.clip_by_global_norm if norm is optax.tree.norm else functools.partial(clip_by_global_norm, norm=norm)
+    parts = [clip(cfg.clip_norm)] if cfg.clip_norm else []
     if cfg.optimizer == "adamw":
         parts.append(optax.adamw(lr, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps,
                                  weight_decay=cfg.weight_decay, mask=decay_mask))

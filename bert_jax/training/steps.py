@@ -32,6 +32,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from bert_jax.model.activation_sharding import rules_in_effect
 from bert_jax.model.axes import stacked_axes
 from bert_jax.training import sharding as sh
+from bert_jax.training.global_norm import norm_fn
 from bert_jax.training.optim import make_optimizer
 
 
@@ -94,19 +95,20 @@ def state_layout(make_model: Callable[[int], nnx.Module], tx: optax.GradientTran
     return StateLayout(make_model, tx, graphdef, abstract, shardings)
 
 
-def apply_gradients(state: TrainState, grads, tx, schedule, metrics: dict) -> tuple[TrainState, dict]:
+def apply_gradients(state: TrainState, grads, tx, schedule, metrics: dict, norm: Callable = optax.tree.norm
+                    ) -> tuple[TrainState, dict]:
     """The optimizer update every task's ``train_step`` ends with; adds the learning rate and the
-    gradient and parameter norms to ``metrics``."""
+    gradient and parameter norms (``norm``: bert_jax/training/global_norm.py) to ``metrics``."""
     with jax.named_scope("optimizer"):  # the profile's "optimizer" row (bert_jax/benchmark/profile.py)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-    metrics = dict(metrics, learning_rate=schedule(state.step), grad_norm=optax.tree.norm(grads),
-                   param_norm=optax.tree.norm(params))
+    metrics = dict(metrics, learning_rate=schedule(state.step), grad_norm=norm(grads), param_norm=norm(params))
     return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
 
 def train_step(state: TrainState, batch: dict, rng: jax.Array, *, graphdef, tx, schedule, loss: Callable,
-               denominators: Callable, summarize: Callable, accumulation_steps: int = 1) -> tuple[TrainState, dict]:
+               denominators: Callable, summarize: Callable, accumulation_steps: int = 1,
+               norm: Callable = optax.tree.norm) -> tuple[TrainState, dict]:
     """One optimizer step of a task: ``loss(params, graphdef, batch, rng, denominators) -> (loss,
     sums)`` (``denominators`` None: the batch's own counts), its gradients, the update.
 
@@ -137,7 +139,7 @@ def train_step(state: TrainState, batch: dict, rng: jax.Array, *, graphdef, tx, 
         zeros = jax.tree.map(jnp.zeros_like, jax.eval_shape(
             lambda: grad_fn(state.params, graphdef, jax.tree.map(lambda x: x[0], micro), rng, whole)))
         (grads, sums), _ = jax.lax.scan(body, zeros, (jnp.arange(accumulation_steps), micro))
-    return apply_gradients(state, grads, tx, schedule, summarize(sums))
+    return apply_gradients(state, grads, tx, schedule, summarize(sums), norm)
 
 
 def accumulation_steps(config, mesh: Mesh, rules) -> int:
@@ -171,6 +173,7 @@ class Steps:
     batch_sharding: NamedSharding
     schedule: Callable  # optimizer step -> learning rate
     accumulation_steps: int = 1  # micro-batches per optimizer step (a `lax.scan` inside train_fn)
+    norm: Callable = optax.tree.norm  # the global norm of the clip and the logged norms (`global_norm.norm_fn`)
 
 
 def traced_under(fn: Callable, mesh: Mesh, rules: tuple) -> Callable:
@@ -185,17 +188,20 @@ def traced_under(fn: Callable, mesh: Mesh, rules: tuple) -> Callable:
 
 
 def jit_steps(make_model: Callable, optimizer: dict, mesh: Mesh, rules: tuple, train_step: Callable,
-              eval_step: Callable, accumulation_steps: int = 1) -> Steps:
+              eval_step: Callable, accumulation_steps: int = 1, global_norm: str = "per_leaf") -> Steps:
     """``optimizer``: `make_optimizer`'s settings (learning rate, schedule, warmup and total steps,
     decay, clipping); ``train_step`` / ``eval_step`` with their task's arguments already bound
-    (``functools.partial``); ``accumulation_steps``: what ``train_step`` was bound with, recorded."""
-    tx, schedule = make_optimizer(optimizer, stacked=model_stacked_axes(make_model))
+    (``functools.partial``); ``accumulation_steps``: what ``train_step`` was bound with, recorded;
+    ``global_norm``: how the clip's and the logged norms are computed (a config's resolved
+    ``global_norm``, bert_jax/training/global_norm.py)."""
+    tx, schedule = make_optimizer(optimizer, stacked=model_stacked_axes(make_model), global_norm=global_norm)
+    norm = norm_fn(global_norm)
     layout = state_layout(make_model, tx, mesh, rules)
     batch_sh = sh.batch_sharding(mesh, rules)
-    train_fn = jax.jit(traced_under(functools.partial(train_step, graphdef=layout.graphdef, tx=tx, schedule=schedule),
-                                    mesh, rules),
+    train_fn = jax.jit(traced_under(functools.partial(train_step, graphdef=layout.graphdef, tx=tx, schedule=schedule,
+                                                      norm=norm), mesh, rules),
                        in_shardings=(layout.shardings, batch_sh, None), out_shardings=(layout.shardings, None),
                        donate_argnums=0)
     eval_fn = jax.jit(traced_under(functools.partial(eval_step, graphdef=layout.graphdef), mesh, rules),
                       in_shardings=(layout.shardings.params, batch_sh))
-    return Steps(layout, train_fn, eval_fn, mesh, rules, batch_sh, schedule, accumulation_steps)
+    return Steps(layout, train_fn, eval_fn, mesh, rules, batch_sh, schedule, accumulation_steps, norm)

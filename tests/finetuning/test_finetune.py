@@ -234,9 +234,10 @@ def test_ner_from_hf_checkpoint(conll, minilm_dir, tmp_path, load_config):
 def test_configs_build_abstractly(name, arg, load_config):
     """Each fine-tuning config's model and optimizer state build with ShapeDtypeStructs only."""
     from bert_jax.finetuning.task import jit_finetuning_steps
+    from bert_jax.resolve import resolve
     from input_pipeline.tasks import make_task
 
-    c = load_config(name, arg)
+    c = resolve(load_config(name, arg), "gpu")  # "auto" as a GPU reads it: the grouped global norm
     task = make_task({**c.task.to_dict(), "source": c.task.source or "tfds"})
     cfg = BertConfig.from_size(c.model.size)
     mesh = sh.make_mesh((1, 1, 1), jax.devices()[:1])

@@ -12,6 +12,7 @@ from bert_jax.finetuning import evaluation as fe
 from bert_jax.finetuning import lengths
 from bert_jax.finetuning.task import jit_finetuning_steps, train_batch
 from bert_jax.model.config import BertConfig
+from bert_jax.resolve import resolve
 from bert_jax.training import sharding as sh
 from input_pipeline.tasks.base import feature_shapes
 
@@ -39,7 +40,7 @@ def features(kind: str, n: int = 13, length: int = 32, seed: int = 0) -> dict:
 
 
 def make_steps(kind: str, load_config):
-    config = load_config("glue", "task=sst2,runlocal")
+    config = resolve(load_config("glue", "task=sst2,runlocal"), "cpu", batch_shards=2)
     cfg = BertConfig.from_size("tiny", vocab_size=101, max_position_embeddings=32).deterministic()
     mesh = sh.make_mesh((2, 1, 1), jax.devices()[:2])  # 2 shards
     return jit_finetuning_steps(config, cfg, kind, LABELS[kind], 10, mesh)

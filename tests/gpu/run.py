@@ -11,11 +11,11 @@ logged and passed over:
    against XLA. Killed, their output kept, when the budget runs out; a test running over 90 s prints
    its stacks.
 2. ``variants``: the default step of BERT-base at 128 tokens, batch 256, bfloat16, beside its variants
-   (``--variant``: GELU through erfc, as before it went through erf; XLA's RngBitGenerator for
-   dropout's bits; the Pallas flash attention with the fused residual-dropout-LayerNorm kernel) and
-   Hugging Face's PyTorch BERT in bfloat16, taking turns
-   (`bert_jax.benchmark.peers`); the Pallas kernels run once in a child process first, and a kernel
-   that fails leaves out the variants that ask for it.
+   (``--variant``: GELU through erfc, as before it went through erf; the global norms one reduction a
+   parameter, as before they were grouped; XLA's RngBitGenerator for dropout's bits; the Pallas flash
+   attention with the fused residual-dropout-LayerNorm kernel) and Hugging Face's PyTorch BERT in
+   bfloat16, taking turns (`bert_jax.benchmark.peers`); the Pallas kernels run once in a child process
+   first, and a kernel that fails leaves out the variants that ask for it.
 3. ``profile_before``: the default step (compiled by the variants stage: cached) traced and reduced to
    a table (`bert_jax.benchmark.profile`), beside the same program's kernels at the card's roofline
    (`bert_jax.benchmark.roofline`: what the AOT tool predicts without a GPU) and the kernels furthest
@@ -64,7 +64,8 @@ ROOT = Path(__file__).resolve().parents[2]  # the checkout's root: bert_jax, inp
 
 # The variants timed beside the default step: each a change a GPU default could make, or the before of
 # one the GPU has not timed (docs/records.md): the default's GELU before it went through erf ("GELU
-# through erf on a GPU"); XLA's RngBitGenerator for the dropout bits, the Threefry masks' kernels running
+# through erf on a GPU"); the global norms one reduction a parameter, before they were grouped ("The
+# global norms in grouped reductions"); XLA's RngBitGenerator for the dropout bits, the Threefry masks' kernels running
 # 3-16x their memory traffic in the H200 profile ("after the embedding fix"); the Pallas flash attention
 # with the fused residual-dropout-LayerNorm kernel ("Flash attention with dropout for GPUs", "Residual,
 # dropout and LayerNorm in one kernel"). Each unrolled variant compiles for ~35 s.
@@ -74,7 +75,7 @@ ROOT = Path(__file__).resolve().parents[2]  # the checkout's root: bert_jax, inp
 # on top of unrolled layers), --scan (9% slower: why the default is unrolled), --attention_dropout 0 (10%
 # faster, but a change of the recipe), "The GPU's defaults". Not yet, for time: --recompute_activation
 # false (the default chosen from the compiler's program: "GELU recomputed in the backward").
-VARIANTS = ("--gelu_impl erfc", "--rng_impl rbg", "--attention_impl flash --norm_impl fused")
+VARIANTS = ("--gelu_impl erfc", "--global_norm per_leaf", "--rng_impl rbg", "--attention_impl flash --norm_impl fused")
 # Variants that change what is computed (the recipe), not how: timed for the record, never combined.
 RECIPE_CHANGES = ("--attention_dropout",)
 ONE = ["--mesh", "1,1,1"]  # one device: the run measures one GPU
@@ -92,7 +93,7 @@ QUICK = ["--size", "tiny", "--seq_len", "32", "--batch_size", "4", "--vocab_size
 # The numerics, never passed on a GPU yet, come first: in one process they ran past 253 s on an H200
 # (docs/records.md, "BERT-base's step on one H200 after the embedding fix"), and they are given 180 s in
 # four (what is left of them then is killed, what they printed kept: which tests passed, the slowest).
-COST = {"numerics": 180, "variants": 290, "profile_before": 25, "sizes": 60, "trainer": 45, "attention_kernels": 70,
+COST = {"numerics": 180, "variants": 330, "profile_before": 25, "sizes": 60, "trainer": 45, "attention_kernels": 70,
         "torch_compile": 100, "combined": 60, "profile_after": 40}
 MARGIN = 0.03  # a variant counts as faster beyond this share of the default's step (turns differ by ~1-2%)
 

@@ -12,6 +12,7 @@ tests/model/test_cudnn_path.py, with cuDNN's call routed to XLA.
   unrolled. The flash kernel against its XLA reference with dropout (the same mask), float32 and bfloat16;
   the fused residual-dropout-LayerNorm kernel likewise, and the step with both kernels.
 * The GPU's step run twice gives the same numbers.
+* The GPU's grouped global norm (the gradient clip's) against ``optax.tree.norm``, in a few kernels.
 """
 
 import dataclasses
@@ -238,3 +239,28 @@ def test_the_fused_norm_kernel_matches_its_reference_on_the_gpu(dtype):
     print(f"fused norm {dtype}: y, dx, da, dscale, dbias, da_bias {[f'{e:.5f}' for e in errors]} "
           f"(bounds {[f'{b:.5f}' for b in bounds]})")
     assert all(e <= b for e, b in zip(errors, bounds, strict=True)), (errors, bounds)
+
+
+def test_the_grouped_global_norm_on_the_gpu():
+    """The GPU's default global norm (`grouped`: bert_jax/training/global_norm.py) against
+    ``optax.tree.norm`` over BERT-base's parameter shapes, and in a few reductions: the compiled
+    program has one fusion for each 64 leaves (and their sum), where the per-leaf norm has one a leaf."""
+    import math
+
+    import optax
+
+    from bert_jax.model.config import BertConfig
+    from bert_jax.pretraining.objective import pretraining_model
+    from bert_jax.training import global_norm as gn
+
+    make = pretraining_model(BertConfig.from_size("base", scan_layers=False), objective("bert"))  # as a GPU runs it
+    leaves = jax.tree.leaves(nnx.state(nnx.eval_shape(lambda: make(0)), nnx.Param))  # ShapeDtypeStructs
+    keys = jax.random.split(jax.random.key(0), len(leaves))
+    tree = [jax.device_put(jax.random.normal(k, x.shape), gpus()[0]) for k, x in zip(keys, leaves, strict=True)]
+    fusions = {}
+    for name, fn in (("per_leaf", optax.tree.norm), ("grouped", gn.grouped_norm)):
+        compiled = jax.jit(fn).lower(tree).compile()
+        fusions[name] = (float(compiled(tree)), compiled.as_text().count(" fusion("))
+    print(f"global norm over {len(leaves)} leaves: (value, fusions) {fusions}")
+    assert fusions["grouped"][0] == pytest.approx(fusions["per_leaf"][0], rel=1e-5)
+    assert fusions["grouped"][1] <= 2 * math.ceil(len(leaves) / gn.GROUP) + 1 < len(leaves) <= fusions["per_leaf"][1]
