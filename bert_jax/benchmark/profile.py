@@ -19,7 +19,11 @@ median step). Each kernel (on a GPU) or thunk (on a CPU) the trace holds is put 
 A kernel's row comes from its HLO instruction (the trace's ``hlo_op``, or its kernel name, which
 XLA derives from the instruction's) and that instruction's ``op_name`` metadata, where the model's
 ``jax.named_scope`` names appear (bert_jax/model/layers.py, bert_jax/model/dropout.py,
-bert_jax/training/steps.py); kernels no instruction explains are named by pattern. Times are per
+bert_jax/training/steps.py). cuBLAS names its kernels after their tiling (``nvjet_...``), not the
+instruction: its products are joined to the program's cuBLAS calls in the order both run (each
+step's n-th product kernel is the n-th call; a split-K product's reduction kernel goes with its
+product), where every traced step ran one kernel a call. Kernels no instruction explains are named
+by pattern. Times are per
 step: a row's time is its kernels' share of the time when any kernel runs (kernels that overlap, on
 CPU threads or GPU streams, split the time they share), its share one of the time from the traced
 steps' first kernel to their last; the traced window's edges (the first step's dispatch before its
@@ -48,6 +52,8 @@ HLO_FILE, META_FILE = "step.hlo.txt", "profile.json"
 DERIVED_LINES = ("xla modules", "xla ops", "steps", "tensorflow ops", "framework name scope", "source code",
                  "tensorflow name scope", "xla traceme", "launch stats", "sparsecore")
 GEMM_KERNEL = re.compile(r"gemm|cutlass|xmma|nvjet|cublas|matmul|wgmma|hgmma", re.I)
+SPLIT_K_REDUCTION = re.compile(r"splitKreduce", re.I)  # cuBLAS's second kernel of a split-K product
+LIBRARY_CALL = re.compile(r"cublas|gemm|matmul", re.I)  # a custom call's target that runs a library product
 ATTENTION_KERNEL = re.compile(r"fmha|flash|sdpa|cudnn|splash|attention", re.I)
 ATTENTION_CALL = re.compile(r"fmha|flash|sdpa|splash|attention", re.I)  # a custom call's target (not cuDNN's norm)
 COPY_KERNEL = re.compile(r"memcpy|memset|copy|transpose", re.I)
@@ -185,6 +191,29 @@ def kernel_events(trace: dict) -> tuple[list[dict], str]:
     return [e for e in xs if "hlo_op" in e.get("args", {}) and not e["name"].startswith("end: ")], "host"
 
 
+def library_products(events: list[dict], instructions: dict[str, Instruction], unmatched: list[int]
+                      ) -> dict[int, Instruction]:
+    """{index in ``events``: the cuBLAS (or other library) call it ran} for the ``unmatched`` events
+    (indices, in the order they ran) that are product kernels: the program's library calls run in
+    the program's order every step, so with k steps traced the product kernels are k runs of that
+    sequence; a split-K reduction goes with the product before it. Empty when the counts do not
+    divide (a step that ran other kernels: no guess)."""
+    calls = [i for i in instructions.values()
+             if i.computation == "ENTRY" and i.opcode == "custom-call" and LIBRARY_CALL.search(i.target)]
+    products = [j for j in unmatched if GEMM_KERNEL.search(events[j]["name"])
+                and not SPLIT_K_REDUCTION.search(events[j]["name"])]
+    if not calls or not products or len(products) % len(calls):
+        return {}
+    out = {j: calls[n % len(calls)] for n, j in enumerate(products)}
+    last = None
+    for j in unmatched:  # in the order they ran
+        if j in out:
+            last = out[j]
+        elif last is not None and SPLIT_K_REDUCTION.search(events[j]["name"]):
+            out[j] = last
+    return out
+
+
 def find_trace(directory: Path) -> Path:
     found = sorted(directory.glob("plugins/profile/*/*.trace.json.gz")) or sorted(directory.glob("**/*.trace.json.gz"))
     if not found:
@@ -213,17 +242,21 @@ def reduce_profile(directory: str | Path, top: int = 5) -> dict:
     steps, wall_us = meta["steps"], meta["wall_s"] * 1e6
     spans = collections.defaultdict(list)
     times, calls = collections.defaultdict(collections.Counter), collections.defaultdict(collections.Counter)
+    events = sorted(events, key=lambda e: e["ts"])
+    found = [instructions.get(op) or by_kernel_name.get(op.replace(".", "_").replace("-", "_"))
+             or by_kernel_name.get(re.sub(r"(_kernel)?(\(.*)?$", "", e["name"]))
+             for e, op in ((e, e.get("args", {}).get("hlo_op") or "") for e in events)]
+    joined = library_products(events, instructions, [j for j, ins in enumerate(found) if ins is None])
     matched = 0
-    for e in events:
-        op = e.get("args", {}).get("hlo_op") or ""
-        ins = instructions.get(op) or by_kernel_name.get(op.replace(".", "_").replace("-", "_")) \
-            or by_kernel_name.get(re.sub(r"(_kernel)?(\(.*)?$", "", e["name"]))
+    for j, e in enumerate(events):
+        ins = found[j] or joined.get(j)
         matched += ins is not None
         row = classify(e["name"], ins, computations)
         spans[row].append((e["ts"], e["ts"] + e["dur"]))
         name = ins.name if ins is not None else e["name"][:80]
         times[row][name] += e["dur"]
-        calls[row][name] += 1  # a fusion XLA shares between layers runs once for each
+        # a fusion XLA shares between layers runs once for each; a split-K reduction is its product's run
+        calls[row][name] += not (j in joined and SPLIT_K_REDUCTION.search(e["name"]))
     start = min(a for s in spans.values() for a, _ in s)
     end = max(b for s in spans.values() for _, b in s)
     busy = union_length([iv for s in spans.values() for iv in s])

@@ -128,3 +128,48 @@ def test_a_directory_without_a_profile_is_one_line(tmp_path, capsys):
     with pytest.raises(UserError, match=r"profile.json: not found \(expected the directory that python -m "
                                         r"bert_jax.benchmark --profile DIR wrote\)"):
         profile.main([str(tmp_path)])
+
+
+LIBRARY_HLO = """HloModule jit_run, entry_computation_layout={()->()}
+
+ENTRY %main () -> () {
+  %loop_add_fusion = bf16[8,4]{1,0} fusion(%a), kind=kLoop, calls=%fused_computation.1, metadata={op_name="jit(run)/jvp()/add"}
+  %custom-call.1 = (bf16[8,8]{1,0}, s8[4]{0}) custom-call(%a, %b), custom_call_target="__cublas$lt$matmul", metadata={op_name="jit(run)/jvp(attention)/dot_general"}
+  %custom-call.2 = (bf16[8,8]{1,0}, s8[4]{0}) custom-call(%a, %b), custom_call_target="__cublas$lt$matmul", metadata={op_name="jit(run)/jvp()/dot_general"}
+  ROOT %tuple = () tuple()
+}
+"""
+
+
+@pytest.mark.parametrize("extra", [False, True], ids=["joined", "a-step-with-another-product"])
+def test_cublas_kernels_are_joined_to_their_calls_in_order(tmp_path, extra):
+    """cuBLAS names its kernels after their tiling, and inside a CUDA graph the trace names no
+    instruction: the n-th product kernel of each step is the program's n-th cuBLAS call (a split-K
+    product's reduction kernel counts with it, not as a run), so a call in the attention scope is
+    attention's; where the kernels do not come in whole runs of the calls, nothing is guessed."""
+    events = [{"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/device:GPU:0"}},
+              {"ph": "M", "pid": 1, "tid": 14, "name": "thread_name", "args": {"name": "Stream #14(Compute)"}}]
+    for s in range(2):
+        t = s * 100.0
+        events += [kernel("loop_add_fusion", t, 10, "command_buffer_1"),
+                   kernel("nvjet_sm90_tst_128x64_NNT", t + 10, 20, "command_buffer_1"),  # custom-call.1
+                   kernel("nvjet_sm90_tst_192x192_splitK_NTN", t + 30, 30, "command_buffer_1"),  # custom-call.2
+                   kernel("void cublasLt::splitKreduce_kernel<32, 16>", t + 60, 5, "command_buffer_1")]
+    if extra:
+        events.append(kernel("nvjet_sm90_tst_64x64_TNT", 200, 5, "command_buffer_1"))
+    trace_dir = tmp_path / "plugins" / "profile" / "2026_11_29"
+    trace_dir.mkdir(parents=True)
+    with gzip.open(trace_dir / "host.trace.json.gz", "wt") as f:
+        json.dump({"traceEvents": events}, f)
+    (tmp_path / profile.HLO_FILE).write_text(LIBRARY_HLO)
+    (tmp_path / profile.META_FILE).write_text(json.dumps({"steps": 2, "wall_s": 200e-6}))
+    table = profile.reduce_profile(tmp_path)
+    per_kernel, rows = table["per_kernel"], {r["row"]: r["ms_per_step"] * 1e3 for r in table["rows"]}
+    if extra:
+        assert "custom-call.1" not in per_kernel and table["matched"] == 2  # the two fusions, by name
+        assert rows["attention"] == 0
+        return
+    assert per_kernel["custom-call.1"] == (0.020, 1.0)
+    assert per_kernel["custom-call.2"] == (0.035, 1.0)  # the product and its split-K reduction: one run
+    assert table["matched"] == 8
+    assert rows["attention"] == pytest.approx(20) and rows["matrix products"] == pytest.approx(35)
