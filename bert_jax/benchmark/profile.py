@@ -200,8 +200,8 @@ def library_products(events: list[dict], instructions: dict[str, Instruction], u
     divide (a step that ran other kernels: no guess)."""
     calls = [i for i in instructions.values()
              if i.computation == "ENTRY" and i.opcode == "custom-call" and LIBRARY_CALL.search(i.target)]
-    products = [j for j in unmatched if GEMM_KERNEL.search(events[j]["name"])
-                and not SPLIT_K_REDUCTION.search(events[j]["name"])]
+    products = [j for j in unmatched if GEMM_KERNEL.search(events[j]["name"])  # cuDNN's attention: not a call
+                and not SPLIT_K_REDUCTION.search(events[j]["name"]) and not ATTENTION_KERNEL.search(events[j]["name"])]
     if not calls or not products or len(products) % len(calls):
         return {}
     out = {j: calls[n % len(calls)] for n, j in enumerate(products)}

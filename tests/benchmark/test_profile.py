@@ -145,8 +145,8 @@ ENTRY %main () -> () {
 def test_cublas_kernels_are_joined_to_their_calls_in_order(tmp_path, extra):
     """cuBLAS names its kernels after their tiling, and inside a CUDA graph the trace names no
     instruction: the n-th product kernel of each step is the program's n-th cuBLAS call (a split-K
-    product's reduction kernel counts with it, not as a run), so a call in the attention scope is
-    attention's; where the kernels do not come in whole runs of the calls, nothing is guessed."""
+    product's reduction kernel counts with it, not as a run; cuDNN's attention kernel is no product),
+    so a call in the attention scope is attention's; where the kernels do not come in whole runs of the calls, nothing is guessed."""
     events = [{"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/device:GPU:0"}},
               {"ph": "M", "pid": 1, "tid": 14, "name": "thread_name", "args": {"name": "Stream #14(Compute)"}}]
     for s in range(2):
@@ -154,7 +154,8 @@ def test_cublas_kernels_are_joined_to_their_calls_in_order(tmp_path, extra):
         events += [kernel("loop_add_fusion", t, 10, "command_buffer_1"),
                    kernel("nvjet_sm90_tst_128x64_NNT", t + 10, 20, "command_buffer_1"),  # custom-call.1
                    kernel("nvjet_sm90_tst_192x192_splitK_NTN", t + 30, 30, "command_buffer_1"),  # custom-call.2
-                   kernel("void cublasLt::splitKreduce_kernel<32, 16>", t + 60, 5, "command_buffer_1")]
+                   kernel("void cublasLt::splitKreduce_kernel<32, 16>", t + 60, 5, "command_buffer_1"),
+                   kernel("cudnn_generated_sdpa_sm90_flash_fprop_wgmma", t + 65, 10, "command_buffer_1")]
     if extra:
         events.append(kernel("nvjet_sm90_tst_64x64_TNT", 200, 5, "command_buffer_1"))
     trace_dir = tmp_path / "plugins" / "profile" / "2026_11_29"
@@ -167,9 +168,9 @@ def test_cublas_kernels_are_joined_to_their_calls_in_order(tmp_path, extra):
     per_kernel, rows = table["per_kernel"], {r["row"]: r["ms_per_step"] * 1e3 for r in table["rows"]}
     if extra:
         assert "custom-call.1" not in per_kernel and table["matched"] == 2  # the two fusions, by name
-        assert rows["attention"] == 0
+        assert rows["attention"] == pytest.approx(10)  # cuDNN's kernel, by its name
         return
     assert per_kernel["custom-call.1"] == (0.020, 1.0)
     assert per_kernel["custom-call.2"] == (0.035, 1.0)  # the product and its split-K reduction: one run
     assert table["matched"] == 8
-    assert rows["attention"] == pytest.approx(20) and rows["matrix products"] == pytest.approx(35)
+    assert rows["attention"] == pytest.approx(20 + 10) and rows["matrix products"] == pytest.approx(35)
