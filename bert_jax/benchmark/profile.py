@@ -23,12 +23,11 @@ bert_jax/training/steps.py). cuBLAS names its kernels after their tiling (``nvje
 instruction: its products are joined to the program's cuBLAS calls in the order both run (each
 step's n-th product kernel is the n-th call; a split-K product's reduction kernel goes with its
 product), where every traced step ran one kernel a call. Kernels no instruction explains are named
-by pattern. Times are per
-step: a row's time is its kernels' share of the time when any kernel runs (kernels that overlap, on
-CPU threads or GPU streams, split the time they share), its share one of the time from the traced
-steps' first kernel to their last; the traced window's edges (the first step's dispatch before its
-first kernel, the wait after the last: overlapped by the steps before and after in a queued run) are
-reported apart. docs/benchmarks.md shows a table from one GPU.
+by pattern. Times are per step: a row's time is its kernels' share of the time when any kernel runs
+(kernels that overlap, on CPU threads or GPU streams, split the time they share), its share one of
+the time from the traced steps' first kernel to their last; the traced window's edges (the first
+step's dispatch before its first kernel, the wait after the last: overlapped by the steps before and
+after in a queued run) are reported apart. docs/benchmarks.md shows a table from one GPU.
 
     python -m bert_jax.benchmark --size base --batch_size 256 --dtype bfloat16 --steps 10 --profile /tmp/prof
     python -m bert_jax.benchmark.profile /tmp/prof [--json] [--top 8]

@@ -387,6 +387,10 @@ def make_optimizer(cfg: Any, *, ignore_unknown: bool = False, stacked: Any = Non
       ``exclude_from_weight_decay``); LayerNorm and bias vectors take plain Adam steps (``optax.lamb``
       alone applies it to all).
 
+    ``global_norm``: how the clip computes the global norm (a job config's resolved ``global_norm``):
+    "per_leaf" is ``optax.clip_by_global_norm``'s own, "grouped" the same number in a few reductions
+    (bert_jax/training/global_norm.py).
+
     ``schedule_fn(step)`` is the lr at optimizer step ``step``.
     """
     cfg = OptimizerConfig.from_config_dict(cfg, ignore_unknown=ignore_unknown)
