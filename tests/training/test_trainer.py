@@ -32,7 +32,7 @@ def test_outputs(straight_run):
     assert written["batch_size"] == 8
     # Resolved once for this platform at the start (bert_jax/resolve.py): no "auto" left.
     assert (written["model"]["dtype"], written["model"]["scan_layers"], written["model"]["dropout_impl"],
-            written["per_device_batch"]) == ("float32", "false", "fused", 0)
+            written["per_device_batch"], written["global_norm"]) == ("float32", "false", "fused", 0, "per_leaf")
     assert '"auto"' not in (workdir / "config.json").read_text()
     assert sorted(p.name for p in (workdir / "checkpoints").iterdir() if p.name.isdigit()) == ["3", "6"]
     train = read_metrics(workdir, "train")
