@@ -22,6 +22,8 @@ scale's and bias' gradients summed per program.
   over devices. `norm_keep` draws the same mask outside the kernel; `reference_add_norm` is the
   kernel's computation in XLA, what the tests compare it with.
 * interpret=True: Pallas' interpreter (any backend; how the CPU tests check the kernel).
+* tiling: `NormTiling`, tokens per program in the forward and warps per program; not tuned on a GPU
+  yet (`tests/gpu/run.py`'s ``attention_kernels`` stage times others beside XLA's).
 
 The backward is LayerNorm's: with x̂ = (h - mean) / std and g = dy ∘ scale,
 dh = (g - mean(g) - x̂ ∘ mean(g ∘ x̂)) / std; dx = dh, da = keep ∘ dh / (1 - rate),
@@ -30,6 +32,7 @@ dscale = Σ dy ∘ x̂, dbias = Σ dy, da_bias = Σ da over tokens.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -47,6 +50,19 @@ STEP_ROWS = 2  # tokens per loop step in the backward (it holds three float32 co
 CHUNK = 256  # a row is loaded in pieces of at most this many features (Triton's blocks are powers of two)
 PROGRAMS = 1024  # the backward's programs at most: each sums its tokens' share of dscale and dbias
 WARPS = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class NormTiling:
+    """Tokens per program in the forward (`ROWS`; fewer where the tokens do not divide) and warps per
+    program, forward and backward."""
+    rows: int = ROWS
+    warps: int = WARPS
+
+    def __post_init__(self):
+        if self.rows < 1 or self.rows & (self.rows - 1) or self.warps not in (1, 2, 4, 8, 16):
+            raise ValueError(f"NormTiling(rows={self.rows}, warps={self.warps}): expected rows a power of two "
+                             "and 1-16 warps")
 
 
 def norm_applies(width: int, dtype) -> bool:
@@ -157,8 +173,9 @@ def _programs(blocks: int) -> int:
     return programs
 
 
-def _forward(x, a, scale, bias, a_bias, seed, tokens, rate, eps, rows, interpret):
+def _forward(x, a, scale, bias, a_bias, seed, tokens, rate, eps, tiling, interpret):
     tokens_n, width = x.shape
+    rows = tiling.rows
     a_bias = jnp.zeros((width,), x.dtype) if a_bias is None else a_bias  # [width]
     kernel = functools.partial(_forward_kernel, rate=rate, eps=eps, chunk=_chunk(width))
     block = pl.BlockSpec((rows, width), lambda i: (i, 0))
@@ -175,26 +192,26 @@ def _forward(x, a, scale, bias, a_bias, seed, tokens, rate, eps, rows, interpret
         in_specs=[pl.BlockSpec((2,), lambda i: (0,)), per_token, block, block, whole, whole, whole],
         out_specs=out_specs,
         out_shape=out_shape,
-        compiler_params=plgpu.CompilerParams(num_warps=WARPS, num_stages=1),
+        compiler_params=plgpu.CompilerParams(num_warps=tiling.warps, num_stages=1),
         interpret=interpret,
         name="add_dropout_norm_forward",
     )(seed, tokens, x, a, scale, bias, a_bias)  # y, h, mean, rstd[, bits]
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(7, 8, 9, 10))
-def _norm(x, a, scale, bias, a_bias, seed, tokens, rate, eps, rows, interpret):
-    return _forward(x, a, scale, bias, a_bias, seed, tokens, rate, eps, rows, interpret)[0]
+def _norm(x, a, scale, bias, a_bias, seed, tokens, rate, eps, tiling, interpret):
+    return _forward(x, a, scale, bias, a_bias, seed, tokens, rate, eps, tiling, interpret)[0]
 
 
-def _norm_fwd(x, a, scale, bias, a_bias, seed, tokens, rate, eps, rows, interpret):
-    y, h, mean, rstd, *bits = _forward(x, a, scale, bias, a_bias, seed, tokens, rate, eps, rows, interpret)
+def _norm_fwd(x, a, scale, bias, a_bias, seed, tokens, rate, eps, tiling, interpret):
+    y, h, mean, rstd, *bits = _forward(x, a, scale, bias, a_bias, seed, tokens, rate, eps, tiling, interpret)
     return y, (h, mean, rstd, scale, bias, a_bias, bits)  # the mask's bits stand for the seed and tokens
 
 
-def _norm_bwd(rate, eps, rows, interpret, res, dy):
+def _norm_bwd(rate, eps, tiling, interpret, res, dy):
     h, mean, rstd, scale, bias, a_bias, bits = res
     tokens_n, width = h.shape
-    step_rows = math.gcd(rows, STEP_ROWS)
+    step_rows = math.gcd(tiling.rows, STEP_ROWS)
     programs = _programs(tokens_n // step_rows)
     steps = tokens_n // step_rows // programs
     shifted = a_bias is not None
@@ -216,7 +233,7 @@ def _norm_bwd(rate, eps, rows, interpret, res, dy):
         in_specs=in_specs,
         out_specs=[*out_specs, *[sums] * n_sums],
         out_shape=[*out_shape, *[jax.ShapeDtypeStruct((programs, width), jnp.float32)] * n_sums],
-        compiler_params=plgpu.CompilerParams(num_warps=WARPS, num_stages=1),
+        compiler_params=plgpu.CompilerParams(num_warps=tiling.warps, num_stages=1),
         interpret=interpret,
         name="add_dropout_norm_backward",
     )(dy, h, mean, rstd, scale, *bits), *([] if shifted else [None])]
@@ -229,7 +246,7 @@ _norm.defvjp(_norm_fwd, _norm_bwd)
 
 
 def add_dropout_norm(x, a, scale, bias=None, *, a_bias=None, eps: float, key=None, rate: float = 0.0, tokens=None,
-                     interpret: bool = False) -> jax.Array:
+                     interpret: bool = False, tiling: NormTiling = NormTiling()) -> jax.Array:
     """LayerNorm(x + dropout(a + a_bias)) over the last axis, scale and bias [width] (bias None: none),
     a_bias [width] (None: none), dropout ``rate`` drawn from ``key``: x's shape and dtype. ``tokens``
     (int32, x's shape less the width): the global numbers of these tokens, which the dropout mask uses
@@ -243,12 +260,13 @@ def add_dropout_norm(x, a, scale, bias=None, *, a_bias=None, eps: float, key=Non
     if not 0.0 <= rate < 1.0 or (rate and key is None):
         raise ValueError(f"add_dropout_norm's dropout rate {rate}: expected 0 <= rate < 1, and a key when > 0")
     tokens_n = math.prod(x.shape[:-1])
-    rows = ROWS
+    rows = tiling.rows
     while tokens_n % rows:
         rows //= 2
     tokens = jnp.arange(tokens_n, dtype=jnp.int32) if tokens is None else tokens.reshape(tokens_n)  # [tokens]
     seed = jnp.stack(key_words(key)) if rate else jnp.zeros((2,), jnp.uint32)  # [2] uint32
     bias = jnp.zeros((width,), scale.dtype) if bias is None else bias
     y = _norm(x.reshape(tokens_n, width), a.reshape(tokens_n, width), scale, bias, a_bias, seed,
-              tokens.astype(jnp.int32), float(rate), float(eps), rows, interpret)  # [tokens, width]
+              tokens.astype(jnp.int32), float(rate), float(eps), dataclasses.replace(tiling, rows=rows),
+              interpret)  # [tokens, width]
     return y.reshape(x.shape)

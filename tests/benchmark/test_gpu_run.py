@@ -63,6 +63,20 @@ def test_quick_attention_kernels_time_every_tiling(tmp_path):
     assert all(r["ms"] > 0 and r["least_ms"] is None for r in rows)
 
 
+def test_quick_norm_kernels_time_every_tiling(tmp_path):
+    """The norm_kernels stage on the CPU (~10 s): XLA's residual-dropout-LayerNorm and the fused
+    kernel's tilings (interpreted), one row each; no roofline off a GPU."""
+    out = tmp_path / "gpu"
+    gpu_run.main(["--out", str(out), "--quick", "--stages", "norm_kernels", "--cache", str(tmp_path / "cache")])
+    summary = (out / "summary.md").read_text()
+    assert "## Residual, dropout and LayerNorm alone" in summary and "failed" not in summary
+    (line,) = (out / "results.jsonl").read_text().splitlines()
+    rows = json.loads(line)["result"]
+    assert [r["norm"] for r in rows] == ["XLA (reference_add_norm)", "fused 8/8", "fused 4/4", "fused 8/4",
+                                         "fused 16/8", "fused 32/8"]
+    assert all(r["ms"] > 0 and r["least_ms"] is None for r in rows)
+
+
 @pytest.mark.parametrize("probe,failed", [("import sys; print('crashed'); sys.exit(3)", {"flash", "norm"}),
                                           ("print('flash finite: True'); import os; os.abort()", {"norm"})],
                          ids=["both", "the second"])

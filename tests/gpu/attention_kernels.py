@@ -69,11 +69,16 @@ def time_one(fn, q, k, v, ids, key, steps: int) -> tuple[float, float | None]:
         return jnp.sum(fn(q, k, v, ids, key).astype(jnp.float32) * cot)
 
     compiled = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2))).lower(q, k, v).compile()
-    jax.block_until_ready(compiled(q, k, v))
+    return timed(compiled, (q, k, v), steps)
+
+
+def timed(compiled, args: tuple, steps: int) -> tuple[float, float | None]:
+    """Median ms of ``compiled(*args)`` over ``steps`` calls after one, and its kernels' least ms."""
+    jax.block_until_ready(compiled(*args))
     times = []
     for _ in range(steps):
         t = time.perf_counter()
-        jax.block_until_ready(compiled(q, k, v))
+        jax.block_until_ready(compiled(*args))
         times.append((time.perf_counter() - t) * 1e3)
     try:
         bound = least_ms(compiled.as_text())

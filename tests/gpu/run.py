@@ -28,9 +28,12 @@ logged and passed over:
 6. ``attention_kernels``: attention alone, forward and backward, at BERT-base's and ModernBERT's shapes:
    the flash kernel's tilings, with and without its dropout, against XLA's explicit path and cuDNN,
    each beside its roofline (tests/gpu/attention_kernels.py).
-7. ``torch_compile``: the fastest step against Hugging Face's under ``torch.compile``.
-8. ``combined``: the variants that beat the default by more than 3% together, against the default.
-9. ``profile_after``: the fastest step traced and reduced like the default.
+7. ``norm_kernels``: the residual add, dropout and LayerNorm alone, forward and backward, at BERT-base's
+   and BERT-large's shapes: the fused kernel's tilings against XLA, each beside its roofline
+   (tests/gpu/norm_kernels.py).
+8. ``torch_compile``: the fastest step against Hugging Face's under ``torch.compile``.
+9. ``combined``: the variants that beat the default by more than 3% together, against the default.
+10. ``profile_after``: the fastest step traced and reduced like the default.
 
 DIR gets ``summary.md`` (the tables, then what the run decides: the GPU tests' outcomes by test
 function, each variant against the default), ``results.jsonl`` (every result), ``log.txt``,
@@ -94,7 +97,7 @@ QUICK = ["--size", "tiny", "--seq_len", "32", "--batch_size", "4", "--vocab_size
 # (docs/records.md, "BERT-base's step on one H200 after the embedding fix"), and they are given 180 s in
 # four (what is left of them then is killed, what they printed kept: which tests passed, the slowest).
 COST = {"numerics": 180, "variants": 330, "profile_before": 25, "sizes": 60, "trainer": 45, "attention_kernels": 70,
-        "torch_compile": 100, "combined": 60, "profile_after": 40}
+        "norm_kernels": 45, "torch_compile": 100, "combined": 60, "profile_after": 40}
 MARGIN = 0.03  # a variant counts as faster beyond this share of the default's step (turns differ by ~1-2%)
 
 
@@ -284,6 +287,19 @@ def attention_kernels(run: Run) -> list[dict]:
         return []
     text, rows = table(run.quick)
     run.note("## Attention alone (forward + backward; flash block/warps)\n\n" + text)
+    return rows
+
+
+def norm_kernels(run: Run) -> list[dict]:
+    """The residual add, dropout and LayerNorm alone, forward and backward: the fused kernel's tilings
+    against XLA, each beside its roofline (tests/gpu/norm_kernels.py)."""
+    from tests.gpu.norm_kernels import table
+
+    if "norm" not in kernels_run(run):  # the kernel would take the process down
+        run.note("## Residual, dropout and LayerNorm alone: skipped (the fused norm's probe failed)")
+        return []
+    text, rows = table(run.quick)
+    run.note("## Residual, dropout and LayerNorm alone (forward + backward; fused rows/warps)\n\n" + text)
     return rows
 
 
@@ -561,7 +577,7 @@ def main(argv=None) -> int:
               "combined": lambda: combined(run), "profile_after": lambda: profiled(run, "profile_after",
                                                                                      fastest_flags(run)),
               "sizes": lambda: sizes(run), "trainer": lambda: trainer(run), "torch_compile": lambda: torch_compile(run),
-              "attention_kernels": lambda: attention_kernels(run)}
+              "attention_kernels": lambda: attention_kernels(run), "norm_kernels": lambda: norm_kernels(run)}
     import jax
 
     # One compilation cache for the run: the default step is compiled by several stages.

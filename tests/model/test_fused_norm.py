@@ -59,6 +59,22 @@ def test_the_kernel_matches_its_reference_forward_and_gradients(shape, dtype, ra
         assert np.abs(u - v).max() <= tol * max(1.0, np.abs(v).max())
 
 
+def test_a_tiling_changes_the_blocks_not_the_numbers(rows=4, warps=4):
+    """`NormTiling` (what the GPU script's kernels stage times): the same outputs and gradients as the
+    default blocks, the dropout mask included, since it is keyed by token, not by block."""
+    x, a, scale, b, dy = inputs((4, 32, 96), jnp.float32, True)
+    kw = dict(key=jax.random.key(7), rate=0.1, a_bias=0.3 * jax.random.normal(jax.random.key(5), (96,)))
+    want = forward_and_grads(interpreted(), x, a, scale, b, dy, **kw)
+    got = forward_and_grads(interpreted(), x, a, scale, b, dy, **kw, tiling=fused_norm.NormTiling(rows, warps))
+    for u, v in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=1e-6, atol=1e-6)
+    programs = [jax.jit(lambda x, t=t: interpreted()(x, a, scale, b, eps=1e-12, tiling=t)).lower(x).as_text()
+                for t in (fused_norm.NormTiling(), fused_norm.NormTiling(rows, warps))]
+    assert programs[0] != programs[1]  # other blocks: the tiling reached the kernel
+    with pytest.raises(ValueError, match=r"NormTiling\(rows=3, warps=8\): expected rows a power of two"):
+        fused_norm.NormTiling(3)
+
+
 def test_dropout_keeps_one_minus_the_rate_and_the_key_changes_the_mask():
     """The mask keeps ~90% at rate 0.1 (every token and feature its own bits), the same key gives the
     same output, another key another; a dropped element's gradient da is 0, a kept one's dx / 0.9."""
