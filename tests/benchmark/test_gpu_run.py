@@ -48,32 +48,23 @@ def test_quick_variants_and_sizes_take_turns_with_hugging_face(tmp_path):
     assert stages == ["variants", "sizes", "profile_after"]
 
 
-def test_quick_attention_kernels_time_every_tiling(tmp_path):
-    """The attention_kernels stage on the CPU (~10 s): XLA's explicit path, the flash kernel's tilings
-    (interpreted) with and without dropout, one row each; no roofline off a GPU."""
+@pytest.mark.parametrize("stage,heading,column,names", [
+    ("attention_kernels", "## Attention alone", "attention",
+     ["XLA explicit + dropout", "flash 64/4 + dropout", "flash 64/8 + dropout", "flash 128/4 + dropout",
+      "flash 128/8 + dropout", "flash 64/4, no dropout"]),
+    ("norm_kernels", "## Residual, dropout and LayerNorm alone", "norm",
+     ["XLA (reference_add_norm)", "fused 8/8", "fused 4/4", "fused 8/4", "fused 16/8", "fused 32/8"])])
+def test_quick_kernel_stages_time_every_tiling(tmp_path, stage, heading, column, names):
+    """The attention_kernels and norm_kernels stages on the CPU (~10 s each): XLA's computation and the
+    Pallas kernel's tilings (interpreted; attention's with and without dropout), one row each; no
+    roofline off a GPU."""
     out = tmp_path / "gpu"
-    gpu_run.main(["--out", str(out), "--quick", "--stages", "attention_kernels", "--cache", str(tmp_path / "cache")])
+    gpu_run.main(["--out", str(out), "--quick", "--stages", stage, "--cache", str(tmp_path / "cache")])
     summary = (out / "summary.md").read_text()
-    assert "## Attention alone" in summary and "failed" not in summary
+    assert heading in summary and "failed" not in summary
     (line,) = (out / "results.jsonl").read_text().splitlines()
     rows = json.loads(line)["result"]
-    assert [r["attention"] for r in rows] == ["XLA explicit + dropout", "flash 64/4 + dropout", "flash 64/8 + dropout",
-                                              "flash 128/4 + dropout", "flash 128/8 + dropout",
-                                              "flash 64/4, no dropout"]
-    assert all(r["ms"] > 0 and r["least_ms"] is None for r in rows)
-
-
-def test_quick_norm_kernels_time_every_tiling(tmp_path):
-    """The norm_kernels stage on the CPU (~10 s): XLA's residual-dropout-LayerNorm and the fused
-    kernel's tilings (interpreted), one row each; no roofline off a GPU."""
-    out = tmp_path / "gpu"
-    gpu_run.main(["--out", str(out), "--quick", "--stages", "norm_kernels", "--cache", str(tmp_path / "cache")])
-    summary = (out / "summary.md").read_text()
-    assert "## Residual, dropout and LayerNorm alone" in summary and "failed" not in summary
-    (line,) = (out / "results.jsonl").read_text().splitlines()
-    rows = json.loads(line)["result"]
-    assert [r["norm"] for r in rows] == ["XLA (reference_add_norm)", "fused 8/8", "fused 4/4", "fused 8/4",
-                                         "fused 16/8", "fused 32/8"]
+    assert [r[column] for r in rows] == names
     assert all(r["ms"] > 0 and r["least_ms"] is None for r in rows)
 
 

@@ -9,6 +9,7 @@ in Pallas' interpreter and cuDNN is skipped.
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 
@@ -96,13 +97,21 @@ def table(quick: bool) -> tuple[str, list[dict]]:
         q, k, v = (jax.random.normal(x, (b, t, n, h), jnp.bfloat16 if gpu else jnp.float32) for x in keys)
         ids = jnp.ones((b, t), jnp.int32).at[:, t - t // 8:].set(0)  # [batch, length]: an eighth padding
         for name, fn in implementations(window, rate, gpu).items():
-            try:
-                ms, bound = time_one(fn, q, k, v, ids, jax.random.key(1), steps=3 if quick else 20)
-            except Exception as e:  # noqa: BLE001 - one implementation's failure is a row, not the end
-                rows.append(f"| {case} | {name} | failed: {type(e).__name__}: {str(e)[:120]} | | |")
-                continue
-            results.append({"case": case, "attention": name, "ms": ms, "least_ms": bound})
-            least = "-" if bound is None else f"{bound:.2f}"
-            share = "-" if bound is None else f"{bound / ms:.0%}"
-            rows.append(f"| {case} | {name} | {ms:.2f} | {least} | {share} |")
+            measure(rows, results, (case, "attention", name),
+                    functools.partial(time_one, fn, q, k, v, ids, jax.random.key(1), steps=3 if quick else 20))
     return "\n".join(rows), results
+
+
+def measure(rows: list[str], results: list[dict], where: tuple[str, str, str], fn, digits: int = 2) -> None:
+    """``fn() -> (ms, least ms)`` as a markdown row of ``rows`` and a result; ``where`` = (case, what the
+    column names, the implementation). A failure is a row, not the end of the table."""
+    case, column, name = where
+    try:
+        ms, bound = fn()
+    except Exception as e:  # noqa: BLE001 - one implementation's failure is a row, not the end
+        rows.append(f"| {case} | {name} | failed: {type(e).__name__}: {str(e)[:120]} | | |")
+        return
+    results.append({"case": case, column: name, "ms": ms, "least_ms": bound})
+    least = "-" if bound is None else f"{bound:.{digits}f}"
+    share = "-" if bound is None else f"{bound / ms:.0%}"
+    rows.append(f"| {case} | {name} | {ms:.{digits}f} | {least} | {share} |")

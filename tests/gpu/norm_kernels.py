@@ -11,7 +11,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from tests.gpu.attention_kernels import timed
+from tests.gpu.attention_kernels import measure, timed
 
 # name: (tokens, width, dropout): BERT-base's phase 1 (256 x 128 tokens), BERT-large's at 512 (16 x 512)
 CASES = {"bert-base-128": (32768, 768, 0.1), "bert-large-512": (8192, 1024, 0.1)}
@@ -49,14 +49,8 @@ def table(quick: bool) -> tuple[str, list[dict]]:
                 y, vjp = jax.vjp(lambda *p: fn(*p, jax.random.key(1), rate), x, a, s, b, ab)
                 return y, vjp(dy)
 
-            try:
-                compiled = jax.jit(fwd_bwd).lower(x, a, scale, bias, a_bias).compile()
-                ms, bound = timed(compiled, (x, a, scale, bias, a_bias), steps=3 if quick else 20)
-            except Exception as e:  # noqa: BLE001 - one implementation's failure is a row, not the end
-                rows.append(f"| {case} | {name} | failed: {type(e).__name__}: {str(e)[:120]} | | |")
-                continue
-            results.append({"case": case, "norm": name, "ms": ms, "least_ms": bound})
-            least = "-" if bound is None else f"{bound:.3f}"
-            share = "-" if bound is None else f"{bound / ms:.0%}"
-            rows.append(f"| {case} | {name} | {ms:.3f} | {least} | {share} |")
+            args = (x, a, scale, bias, a_bias)
+            measure(rows, results, (case, "norm", name),
+                    lambda f=fwd_bwd, args=args: timed(jax.jit(f).lower(*args).compile(), args, 3 if quick else 20),
+                    digits=3)
     return "\n".join(rows), results
