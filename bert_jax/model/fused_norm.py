@@ -54,15 +54,22 @@ WARPS = 8
 
 @dataclasses.dataclass(frozen=True)
 class NormTiling:
-    """Tokens per program in the forward (`ROWS`; fewer where the tokens do not divide) and warps per
-    program, forward and backward."""
+    """Tokens per program in the forward (`ROWS`; fewer where the tokens do not divide), warps per
+    program (forward and backward), tokens per loop step in the backward (`STEP_ROWS`, at most
+    ``rows``) and the backward's programs at most (`PROGRAMS`)."""
     rows: int = ROWS
     warps: int = WARPS
+    step_rows: int = STEP_ROWS
+    programs: int = PROGRAMS
 
     def __post_init__(self):
-        if self.rows < 1 or self.rows & (self.rows - 1) or self.warps not in (1, 2, 4, 8, 16):
-            raise ValueError(f"NormTiling(rows={self.rows}, warps={self.warps}): expected rows a power of two "
-                             "and 1-16 warps")
+        powers = (self.rows, self.step_rows, self.programs)
+        if min(powers) < 1 or any(n & (n - 1) for n in powers) or self.warps not in (1, 2, 4, 8, 16):
+            raise ValueError(f"{self}: expected rows, step_rows and programs powers of two and 1-16 warps")
+
+    def label(self) -> str:
+        """"rows/warps, backward step_rows x programs": the GPU script's name for it."""
+        return f"{self.rows}/{self.warps}, bwd {self.step_rows}x{self.programs}"
 
 
 def norm_applies(width: int, dtype) -> bool:
@@ -165,10 +172,10 @@ def _backward_kernel(dy_ref, h_ref, mean_ref, rstd_ref, scale_ref, *refs, rate, 
         da_bias_ref[0][pl.ds(c, chunk)] = s
 
 
-def _programs(blocks: int) -> int:
-    """The backward's programs: the largest power of two at most `PROGRAMS` that divides ``blocks``."""
+def _programs(blocks: int, most: int = PROGRAMS) -> int:
+    """The backward's programs: the largest power of two at most ``most`` that divides ``blocks``."""
     programs = 1
-    while programs * 2 <= PROGRAMS and blocks % (programs * 2) == 0:
+    while programs * 2 <= most and blocks % (programs * 2) == 0:
         programs *= 2
     return programs
 
@@ -211,8 +218,8 @@ def _norm_fwd(x, a, scale, bias, a_bias, seed, tokens, rate, eps, tiling, interp
 def _norm_bwd(rate, eps, tiling, interpret, res, dy):
     h, mean, rstd, scale, bias, a_bias, bits = res
     tokens_n, width = h.shape
-    step_rows = math.gcd(tiling.rows, STEP_ROWS)
-    programs = _programs(tokens_n // step_rows)
+    step_rows = math.gcd(tiling.rows, tiling.step_rows)
+    programs = _programs(tokens_n // step_rows, tiling.programs)
     steps = tokens_n // step_rows // programs
     shifted = a_bias is not None
     kernel = functools.partial(_backward_kernel, rate=rate, chunk=_chunk(width), rows=step_rows, steps=steps,

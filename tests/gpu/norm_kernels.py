@@ -1,5 +1,6 @@
 """The residual add, dropout and LayerNorm alone on one GPU, forward and backward: the Pallas kernel
-(bert_jax/model/fused_norm.py) in several tilings against the same computation in XLA
+(bert_jax/model/fused_norm.py) in several tilings (`NormTiling`: the forward's rows and warps, the
+backward's rows a step and programs) against the same computation in XLA
 (`fused_norm.reference_add_norm`, the mask drawn outside), each beside the least time of its compiled
 kernels at the card's roofline. What it answers: how near its bound the fused kernel runs and which
 tiling to keep (BERT-base's step runs it 24 times). The ``norm_kernels`` stage of tests/gpu/run.py; on a
@@ -16,7 +17,8 @@ from tests.gpu.attention_kernels import measure, timed
 # name: (tokens, width, dropout): BERT-base's phase 1 (256 x 128 tokens), BERT-large's at 512 (16 x 512)
 CASES = {"bert-base-128": (32768, 768, 0.1), "bert-large-512": (8192, 1024, 0.1)}
 QUICK_CASES = {"tiny": (64, 64, 0.1)}
-TILINGS = ((8, 8), (4, 4), (8, 4), (16, 8), (32, 8))  # (rows, warps); the first is the kernel's default
+# fused_norm.NormTiling's (rows, warps, backward step_rows, backward programs); the first is the default
+TILINGS = ((8, 8, 2, 1024), (4, 4, 2, 1024), (16, 8, 2, 1024), (8, 8, 4, 1024), (8, 8, 2, 256), (8, 4, 1, 2048))
 
 
 def implementations(gpu: bool) -> dict:
@@ -30,7 +32,7 @@ def implementations(gpu: bool) -> dict:
 
     impls = {"XLA (reference_add_norm)": lambda x, a, s, b, ab, key, rate: fused_norm.reference_add_norm(
         x, a, s, b, a_bias=ab, eps=1e-12, key=key, rate=rate)}
-    impls.update({f"fused {r}/{w}": kernel((r, w)) for r, w in TILINGS})
+    impls.update({f"fused {fused_norm.NormTiling(*t).label()}": kernel(t) for t in TILINGS})
     return impls
 
 

@@ -59,19 +59,23 @@ def test_the_kernel_matches_its_reference_forward_and_gradients(shape, dtype, ra
         assert np.abs(u - v).max() <= tol * max(1.0, np.abs(v).max())
 
 
-def test_a_tiling_changes_the_blocks_not_the_numbers(rows=4, warps=4):
+def test_a_tiling_changes_the_blocks_not_the_numbers(tiling=(4, 4, 1, 16)):
     """`NormTiling` (what the GPU script's kernels stage times): the same outputs and gradients as the
     default blocks, the dropout mask included, since it is keyed by token, not by block."""
-    x, a, scale, b, dy = inputs((4, 32, 96), jnp.float32, True)
-    kw = dict(key=jax.random.key(7), rate=0.1, a_bias=0.3 * jax.random.normal(jax.random.key(5), (96,)))
+    x, a, scale, b, dy = inputs((2, 16, 64), jnp.float32, True)
+    kw = dict(key=jax.random.key(7), rate=0.1, a_bias=0.3 * jax.random.normal(jax.random.key(5), (64,)))
     want = forward_and_grads(interpreted(), x, a, scale, b, dy, **kw)
-    got = forward_and_grads(interpreted(), x, a, scale, b, dy, **kw, tiling=fused_norm.NormTiling(rows, warps))
-    for u, v in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
-        np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=1e-6, atol=1e-6)
-    programs = [jax.jit(lambda x, t=t: interpreted()(x, a, scale, b, eps=1e-12, tiling=t)).lower(x).as_text()
-                for t in (fused_norm.NormTiling(), fused_norm.NormTiling(rows, warps))]
-    assert programs[0] != programs[1]  # other blocks: the tiling reached the kernel
-    with pytest.raises(ValueError, match=r"NormTiling\(rows=3, warps=8\): expected rows a power of two"):
+    got = forward_and_grads(interpreted(), x, a, scale, b, dy, **kw, tiling=fused_norm.NormTiling(*tiling))
+    for u, v in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):  # sums over other programs
+        np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=1e-6, atol=1e-6 * np.abs(v).max())
+
+    def program(t, i):  # the forward's (i = 0) or the backward's (1) blocks only differ
+        t = fused_norm.NormTiling(*t[:2]) if i == 0 else fused_norm.NormTiling(8, 8, *t[2:])
+        f = lambda x: interpreted()(x, a, scale, b, eps=1e-12, key=kw["key"], rate=0.1, tiling=t).sum()  # noqa: E731
+        return jax.jit(jax.grad(f)).lower(x).as_text()
+
+    assert all(program((8, 8, 2, 1024), i) != program(tiling, i) for i in (0, 1))  # the tiling reached both
+    with pytest.raises(ValueError, match=r"NormTiling\(rows=3, .*\): expected rows, step_rows and programs powers"):
         fused_norm.NormTiling(3)
 
 
