@@ -77,3 +77,11 @@ def test_the_optimizer_steps_alike_with_either_norm(scale):
         assert not np.allclose(p_leaf[name], params[name])  # it stepped
     for key in ("grad_norm", "param_norm"):
         assert float(m_grouped[key]) == pytest.approx(float(m_leaf[key]), rel=1e-6)
+
+
+def test_the_optimizer_state_is_the_same_tree_either_way():
+    """A checkpoint a GPU wrote (grouped) restores where the norm is per leaf (a CPU): the clip keeps no
+    state either way."""
+    cfg, params = optimizer_config(), tree(n=3)
+    states = [make_optimizer(cfg, global_norm=kind)[0].init(params) for kind in gn.GLOBAL_NORMS]
+    assert jax.tree.structure(states[0]) == jax.tree.structure(states[1])
