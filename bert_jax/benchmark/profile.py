@@ -242,9 +242,13 @@ def reduce_profile(directory: str | Path, top: int = 5) -> dict:
     spans = collections.defaultdict(list)
     times, calls = collections.defaultdict(collections.Counter), collections.defaultdict(collections.Counter)
     events = sorted(events, key=lambda e: e["ts"])
-    found = [instructions.get(op) or by_kernel_name.get(op.replace(".", "_").replace("-", "_"))
-             or by_kernel_name.get(re.sub(r"(_kernel)?(\(.*)?$", "", e["name"]))
-             for e, op in ((e, e.get("args", {}).get("hlo_op") or "") for e in events)]
+
+    def named(e: dict) -> Instruction | None:  # by the trace's hlo_op, else by the kernel's name
+        op = e.get("args", {}).get("hlo_op") or ""
+        return instructions.get(op) or by_kernel_name.get(op.replace(".", "_").replace("-", "_")) \
+            or by_kernel_name.get(re.sub(r"(_kernel)?(\(.*)?$", "", e["name"]))
+
+    found = [named(e) for e in events]
     joined = library_products(events, instructions, [j for j, ins in enumerate(found) if ins is None])
     matched = 0
     for j, e in enumerate(events):

@@ -22,8 +22,9 @@ scale's and bias' gradients summed per program.
   over devices. `norm_keep` draws the same mask outside the kernel; `reference_add_norm` is the
   kernel's computation in XLA, what the tests compare it with.
 * interpret=True: Pallas' interpreter (any backend; how the CPU tests check the kernel).
-* tiling: `NormTiling`, tokens per program in the forward and warps per program; not tuned on a GPU
-  yet (`tests/gpu/run.py`'s ``attention_kernels`` stage times others beside XLA's).
+* tiling: `NormTiling`, the forward's tokens and warps per program and the backward's tokens a loop
+  step and programs; not tuned on a GPU yet (`tests/gpu/run.py`'s ``norm_kernels`` stage times others
+  beside XLA's).
 
 The backward is LayerNorm's: with x̂ = (h - mean) / std and g = dy ∘ scale,
 dh = (g - mean(g) - x̂ ∘ mean(g ∘ x̂)) / std; dx = dh, da = keep ∘ dh / (1 - rate),

@@ -36,7 +36,6 @@ the way (the same mask), and no gradient clipping applies (``clip_norm`` must be
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -395,9 +394,7 @@ def make_optimizer(cfg: Any, *, ignore_unknown: bool = False, stacked: Any = Non
     """
     cfg = OptimizerConfig.from_config_dict(cfg, ignore_unknown=ignore_unknown)
     lr = make_schedule(cfg)
-    norm = norm_fn(global_norm)  # how the clip's global norm is computed (bert_jax/training/global_norm.py)
-    clip = optax.clip_by_global_norm if norm is optax.tree.norm else functools.partial(clip_by_global_norm, norm=norm)
-    parts = [clip(cfg.clip_norm)] if cfg.clip_norm else []
+    parts = [clip_by_global_norm(cfg.clip_norm, norm_fn(global_norm))] if cfg.clip_norm else []
     if cfg.optimizer == "adamw":
         parts.append(optax.adamw(lr, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps,
                                  weight_decay=cfg.weight_decay, mask=decay_mask))
