@@ -24,6 +24,7 @@ from bert_jax.model.config import BertConfig
 from bert_jax.model.electra import ElectraForPreTraining, ElectraOutput
 from bert_jax.model.models import BertForPreTraining
 from bert_jax.pretraining import health
+from bert_jax.pretraining.cross_entropy import softmax_cross_entropy
 from bert_jax.training import steps as steps_lib
 from bert_jax.training.sharding_rules import config_rules
 from bert_jax.training.steps import Steps, TrainState, accumulation_steps, jit_steps, new_state
@@ -64,7 +65,7 @@ def pretraining_losses(out, batch, held_out: bool = False) -> dict[str, jax.Arra
     unigram counts)."""
     logits = out.mlm_logits  # [batch, P, vocab] float32
     labels, weights = batch["masked_lm_ids"], batch["masked_lm_weights"]  # [batch, P]
-    ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)  # [batch, P]
+    ce = softmax_cross_entropy(logits, labels)  # [batch, P]
     total_weight = weights.sum()
     correct = (jnp.argmax(logits, -1) == labels) * weights  # [batch, P]
     # One weight per example slot: [batch], or [batch·K] for packed rows (1 = a real example).
