@@ -10,7 +10,7 @@ masks and the order of the rows).
 
     python train.py --config configs/demo.py:model=modernbert --workdir /tmp/demo_pretrain \
         --config.data.vocab=DEMO/vocab/vocab.txt \
-        --config.data.input=pkg:wikipedia,DEMO/task_text/train_sentences.txt
+        --config.data.input=DEMO/task_text/train_sentences.txt,pkg:wikipedia
 
 `python -m bert_jax.demo` runs it after building the vocabulary (DEMO: its workdir).
 """

@@ -22,3 +22,20 @@ def test_the_demo_steps_are_the_programs_that_made_readmes_table():
         "made README's demo table: re-run `make demo FRESH=1` and `python -m bert_jax.demo --curve`, update README's "
         "table, docs/images/demo_curve.png and the record, then `python tests/golden/demo_programs.py` "
         "(tests/golden/README.md, 'demo_programs.json')")
+
+
+@pytest.mark.slow
+def test_the_demos_held_out_batches_are_the_ones_that_made_readmes_table(tmp_path):
+    """The demo's data (the packages' text, the vocabulary it learns, tokens, masks, row order) for
+    each pre-training seed, fingerprinted as README's table was made (~1 minute: pip's cached text
+    and a vocabulary)."""
+    from tests.golden.demo_programs import DATA_PACKAGES, held_out
+
+    record = json.loads(GOLDEN.read_text())
+    if record["data_versions"] != versions(DATA_PACKAGES):
+        pytest.skip(f"{GOLDEN.name}'s data was made with {record['data_versions']}, not {versions(DATA_PACKAGES)}")
+    now = held_out(tmp_path / "demo")
+    assert now == record["held_out"], (
+        f"the demo's held-out batches {now} are no longer those that made README's demo table "
+        f"{record['held_out']}: re-run the demo as for a changed program (tests/golden/README.md, "
+        "'demo_programs.json')")

@@ -262,6 +262,14 @@ def task_text(args, report) -> str:
     return str(path)
 
 
+def pretraining_corpus(args, report) -> str:
+    """The pre-training input spec: the task's text (`task_text`), then --corpus. The task's text
+    comes first, the order the default workdir's paths sorted the two in before sources kept the
+    spec's order (docs/records.md, "The held-out documents depend on the workdir's path"), so README's
+    table keeps its held-out documents."""
+    return f"{task_text(args, report)},{args.corpus}"
+
+
 def sentiment_task(args, eval_splits: str = "dev"):
     """The demo's review task: dev, validation and train splits (module docstring)."""
     from input_pipeline.tasks.sentiment import SentimentTask
@@ -312,7 +320,8 @@ def pretrain(args, vocab: str, report, model: str = "bert", corpus: str | None =
         eval_batches, baseline = demo_report.unigram_baseline(config)
         baseline_file.write_text(json.dumps([eval_batches, baseline]) + "\n")
     print(f"    unigram baseline: always `{baseline['token']}` is right on {baseline['accuracy']:.3f} of "
-          f"{baseline['masked_tokens']:,} held-out masked tokens", flush=True)
+          f"{baseline['masked_tokens']:,} held-out masked tokens (held-out batches' SHA-256 "
+          f"{baseline.get('held_out_sha256', 'not measured')[:16]})", flush=True)
     config, command = load_config("demo", arg, {**overrides, "eval_steps": eval_batches})
     print(f"    {command} --workdir {st.dir}", flush=True)
     ckpt = Checkpointer(st.dir, async_save=False)
@@ -553,7 +562,7 @@ def main(argv: list[str] | None = None) -> int:
     corpus = args.corpus
     if not args.no_task_text:
         with stage(report, "2t", "the task's training sentences, unlabelled, as in-domain pre-training text"):
-            corpus = f"{args.corpus},{task_text(args, report)}"
+            corpus = pretraining_corpus(args, report)
     pretrained = {}
     for model in args.pretrain_models:
         for seed in range(args.pretrain_seeds):

@@ -49,7 +49,11 @@ def unigram_baseline(config, eval_epochs: int = 5) -> tuple[int, dict]:
     — the same masking and positions the trainer's MLM accuracy is measured on; and two unigram
     cross-entropies in nats on those positions: ``entropy``, of the held-out masked tokens' own
     frequencies (what the trainer's ``mlm_unigram_entropy`` measures on one pass), and
-    ``train_cross_entropy``, of the training epoch's frequencies (add-one smoothed over the vocabulary)."""
+    ``train_cross_entropy``, of the training epoch's frequencies (add-one smoothed over the vocabulary).
+    ``held_out_sha256``: a fingerprint of the first pass's batches (`held_out_fingerprint`), which
+    tells whether two runs evaluated the same tokens and masks."""
+    import hashlib
+
     import numpy as np
 
     from input_pipeline.pretraining.dataset import make_pretraining_dataset
@@ -68,8 +72,11 @@ def unigram_baseline(config, eval_epochs: int = 5) -> tuple[int, dict]:
     token = counts.most_common(1)[0][0]
     hits = total = eval_batches = 0
     held_out = collections.Counter()
+    fingerprint = hashlib.sha256()
     for epoch, b in passes("eval", eval_epochs):
         eval_batches += epoch == 0
+        if epoch == 0:
+            held_out_fingerprint(fingerprint, b)
         w = b["masked_lm_weights"] > 0
         hits += int(np.sum(b["masked_lm_ids"][w] == token))
         total += int(np.sum(w))
@@ -89,7 +96,36 @@ def unigram_baseline(config, eval_epochs: int = 5) -> tuple[int, dict]:
     return eval_batches, {"token": name, "token_id": int(token), "accuracy": hits / max(total, 1),
                           "masked_tokens": total, "eval_passes": eval_epochs,
                           "train_share": counts[token] / max(train_total, 1),
-                          "entropy": entropy, "train_cross_entropy": float(train_ce)}
+                          "entropy": entropy, "train_cross_entropy": float(train_ce),
+                          "held_out_sha256": fingerprint.hexdigest()}
+
+
+def held_out_sha256(config) -> str:
+    """The SHA-256 of one pass over ``config``'s held-out batches (`held_out_fingerprint`): what
+    `unigram_baseline` reports as ``held_out_sha256``, without its other passes."""
+    import hashlib
+
+    from input_pipeline.pretraining.dataset import make_pretraining_dataset
+
+    h = hashlib.sha256()
+    data = make_pretraining_dataset(config, split="eval", batch_size=config.batch_size)
+    while True:
+        batch = next(data)
+        if data.state()["epoch"] >= 1:
+            return h.hexdigest()
+        held_out_fingerprint(h, batch)
+
+
+def held_out_fingerprint(h, batch: dict):
+    """Adds a held-out ``batch`` (numpy arrays) to SHA-256 ``h``: each field's name, shape and values
+    (as int64 / float64, so a dtype of the pipeline's own does not matter), fields in name order."""
+    import numpy as np
+
+    for key in sorted(batch):
+        a = np.asarray(batch[key])
+        a = a.astype(np.float64 if a.dtype.kind == "f" else np.int64)
+        h.update(f"{key}{a.shape}".encode())
+        h.update(np.ascontiguousarray(a).tobytes())
 
 
 def finetune_row(key: str, label: str, settings: dict, config, results: dict, workdir: Path,

@@ -90,8 +90,11 @@ def _is_tfds(spec: str | Sequence[str]) -> bool:
 
 
 def list_files(spec: str | Sequence[str]) -> list[str]:
-    """The files a spec (or a list of paths/globs) names: globs and directories expanded, sorted,
-    duplicates removed. Raises `SourceError` for a part that matches nothing.
+    """The files a spec (or a list of paths/globs) names, in the order the parts are given: a glob's
+    or a directory's files sorted by name, a file named twice kept where it first appears. Raises
+    `SourceError` for a part that matches nothing. The order is the spec's, never where the files
+    lie, so that the same files under another directory (a workdir, a cache) give the same documents
+    in the same order, and the same held-out split.
 
     Per-host sharding: ``read_documents(list_files(spec)[process_index::process_count])``.
     """
@@ -100,7 +103,7 @@ def list_files(spec: str | Sequence[str]) -> list[str]:
     parts = [p.strip() for p in (spec.split(",") if isinstance(spec, str) else spec) if p.strip()]
     if not parts:
         raise SourceError(f"empty source spec {spec!r}")
-    files = set()
+    files = {}  # path: None, in first-seen order
     for part in parts:
         try:
             pattern = part.rstrip("/") + "/*" if tf.io.gfile.isdir(part) else part
@@ -112,8 +115,8 @@ def list_files(spec: str | Sequence[str]) -> list[str]:
             raise SourceError(f"{part}: cannot list: {e.message}") from e
         if not found:
             raise SourceError(f"{part}: no such file (or the glob/directory matches no files)")
-        files.update(found)
-    return sorted(files)
+        files.update(dict.fromkeys(sorted(found)))
+    return list(files)
 
 
 def _iter_lines(f, max_bytes: int) -> Iterator[bytes | None]:

@@ -416,3 +416,22 @@ def test_each_pretrained_row_is_compared_with_its_own_network_from_scratch(tmp_p
     assert settings["pretrained-pretrain-electra_mlm-1"]["scratch"] == "scratch-modernbert"
     with pytest.raises(SystemExit):
         demo.parse_args(["--pretrain_models", "electra_mlm"])  # it starts from the ModernBERT run
+
+
+def test_the_held_out_fingerprint_sees_a_moved_mask_and_not_a_dtype():
+    """Two runs that held out the same tokens and masks print the same SHA-256 (`report.unigram_baseline`);
+    one masked position moved changes it, the pipeline's integer width does not."""
+    import hashlib
+
+    def digest(batch):
+        h = hashlib.sha256()
+        demo_report.held_out_fingerprint(h, batch)
+        return h.hexdigest()
+
+    batch = {"input_ids": np.arange(12, dtype=np.int32).reshape(2, 6),
+             "masked_lm_positions": np.array([[1, 3], [2, 0]], np.int32),
+             "masked_lm_weights": np.array([[1.0, 1.0], [1.0, 0.0]], np.float32)}
+    moved = dict(batch, masked_lm_positions=np.array([[1, 4], [2, 0]], np.int32))
+    wider = {k: v.astype(np.int64 if v.dtype.kind == "i" else np.float64) for k, v in batch.items()}
+    assert digest(batch) == digest(wider) == digest(dict(reversed(list(batch.items()))))
+    assert digest(moved) != digest(batch)

@@ -49,7 +49,7 @@ def test_globs_dirs_and_comma_lists(tmp_path, write_file):
     b3 = write_file(tmp_path / "b" / "3.txt", "Three.\n\nFour.\n")
     write_file(tmp_path / "a" / "skip.md", "Not matched.\n")
     assert list_files(f"{tmp_path}/a/*.txt") == [a1, a2]
-    assert list_files(f" {b3} , {tmp_path}/a/*.txt,{a1}") == [a1, a2, b3]  # sorted, deduplicated
+    assert list_files(f" {b3} , {tmp_path}/a/*.txt,{a1}") == [b3, a1, a2]  # the parts' order, a glob sorted, once
     assert len(list_files(str(tmp_path / "a"))) == 3  # a directory: its files
     report = SourceReport()
     docs = list(read_documents(f"{tmp_path}/*/[0-9].txt", report=report))
@@ -57,6 +57,17 @@ def test_globs_dirs_and_comma_lists(tmp_path, write_file):
     assert report.files == 3
     shard = list_files(f"{tmp_path}/*/[0-9].txt")[1::2]  # a list spec, as per-host sharding makes
     assert list(read_documents(shard)) == [["Two."]]
+
+
+def test_the_order_is_the_specs_not_where_the_files_lie(tmp_path, write_file):
+    """The same two files, the second under a directory that sorts before the first's or after it
+    (a demo's workdir against the package cache): the same documents in the same order, so the
+    same held-out split (every n-th document)."""
+    task = write_file(tmp_path / "m" / "task.txt", "Task one.\n\nTask two.\n")
+    before, after = (write_file(tmp_path / d / "wiki.txt", "Wiki one.\n\nWiki two.\n") for d in ("a", "z"))
+    docs = [list(read_documents(f"{task},{wiki}")) for wiki in (before, after)]
+    assert docs[0] == docs[1] == [["Task one."], ["Task two."], ["Wiki one."], ["Wiki two."]]
+    assert [f.rsplit("/", 2)[-2] for f in list_files(f"{before},{task}")] == ["a", "m"]
 
 
 def test_missing_paths_raise_source_error(tmp_path, write_file):
