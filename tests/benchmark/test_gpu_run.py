@@ -54,10 +54,11 @@ def test_quick_variants_and_sizes_take_turns_with_hugging_face(tmp_path):
       "flash 128/8 + dropout", "flash 64/4, no dropout"]),
     ("norm_kernels", "## Residual, dropout and LayerNorm alone", "norm",
      ["XLA (reference_add_norm)", "fused 8/8, bwd 2x1024", "fused 4/4, bwd 2x1024", "fused 16/8, bwd 2x1024",
-      "fused 8/8, bwd 4x1024", "fused 8/8, bwd 2x256", "fused 8/4, bwd 1x2048"])])
+      "fused 8/8, bwd 4x1024", "fused 8/8, bwd 2x256", "fused 8/4, bwd 1x2048",
+      "fused 8/8, bwd 2x1024, no dropout"])])
 def test_quick_kernel_stages_time_every_tiling(tmp_path, stage, heading, column, names):
     """The attention_kernels and norm_kernels stages on the CPU (~10 s each): XLA's computation and the
-    Pallas kernel's tilings (interpreted; attention's with and without dropout), one row each; no
+    Pallas kernel's tilings (interpreted; each with and without dropout), one row each; no
     roofline off a GPU."""
     out = tmp_path / "gpu"
     gpu_run.main(["--out", str(out), "--quick", "--stages", stage, "--cache", str(tmp_path / "cache")])

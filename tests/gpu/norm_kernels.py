@@ -1,10 +1,11 @@
 """The residual add, dropout and LayerNorm alone on one GPU, forward and backward: the Pallas kernel
 (bert_jax/model/fused_norm.py) in several tilings (`NormTiling`: the forward's rows and warps, the
 backward's rows a step and programs) against the same computation in XLA
-(`fused_norm.reference_add_norm`, the mask drawn outside), each beside the least time of its compiled
-kernels at the card's roofline. What it answers: how near its bound the fused kernel runs and which
-tiling to keep (BERT-base's step runs it 24 times). The ``norm_kernels`` stage of tests/gpu/run.py; on a
-CPU (``--quick``) the kernel runs in Pallas' interpreter.
+(`fused_norm.reference_add_norm`, the mask drawn outside), and the default tiling without its dropout,
+each beside the least time of its compiled kernels at the card's roofline. What it answers: how near
+its bound the fused kernel runs, what drawing the mask inside it costs (its Threefry is integer work a
+roofline of bytes does not see), and which tiling to keep (BERT-base's step runs it 24 times). The
+``norm_kernels`` stage of tests/gpu/run.py; on a CPU (``--quick``) the kernel runs in Pallas' interpreter.
 """
 
 from __future__ import annotations
@@ -25,14 +26,15 @@ def implementations(gpu: bool) -> dict:
     """{label: f(x, a, scale, bias, a_bias, key, rate) -> y} for one case."""
     from bert_jax.model import fused_norm
 
-    def kernel(tiling):
+    def kernel(tiling, dropout=True):
         return lambda x, a, s, b, ab, key, rate: fused_norm.add_dropout_norm(
-            x, a, s, b, a_bias=ab, eps=1e-12, key=key, rate=rate, interpret=not gpu,
+            x, a, s, b, a_bias=ab, eps=1e-12, key=key, rate=rate if dropout else 0.0, interpret=not gpu,
             tiling=fused_norm.NormTiling(*tiling))
 
     impls = {"XLA (reference_add_norm)": lambda x, a, s, b, ab, key, rate: fused_norm.reference_add_norm(
         x, a, s, b, a_bias=ab, eps=1e-12, key=key, rate=rate)}
     impls.update({f"fused {fused_norm.NormTiling(*t).label()}": kernel(t) for t in TILINGS})
+    impls[f"fused {fused_norm.NormTiling(*TILINGS[0]).label()}, no dropout"] = kernel(TILINGS[0], dropout=False)
     return impls
 
 
