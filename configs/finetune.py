@@ -34,6 +34,7 @@ def get_config(arg=None):
     config.model.size = args.size
     config.model.dtype = "auto"
     config.model.scan_layers = "auto"
+    config.model.stacked_params = "auto"
     config.model.remat_policy = "none"
     config.model.attention_impl = "auto"
     config.model.dropout_impl = "auto"

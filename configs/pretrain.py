@@ -47,6 +47,7 @@ def get_config(arg=None):
     m.max_position_embeddings = 512
     m.dtype = "auto"  # float32 on CPU, bfloat16 on GPU and TPU; parameters stay float32
     m.scan_layers = "auto"  # scanned on TPU (compile time), unrolled on CPU/GPU (speed)
+    m.stacked_params = "auto"  # unrolled over the stacked parameters on GPUs (fewer arrays and kernels)
     m.remat_policy, m.attention_impl, m.dropout_impl = "none", "auto", "auto"
     m.norm_impl = "auto"  # XLA; "fused": the GPU's residual-dropout-LayerNorm kernel
     m.recompute_activation = "auto"  # GELU recomputed in the backward: on CPU and GPU, not TPU (less traffic)

@@ -26,6 +26,7 @@ from bert_jax.resolve import (
     resolve_per_device_batch,
     resolve_recompute,
     resolve_scan,
+    resolve_stacked_params,
     saved_model,
 )
 
@@ -121,6 +122,19 @@ def test_auto_scan_per_platform():
     assert resolve_scan("False", "tpu") is False and resolve_scan("true", "cpu") is True  # ml_collections' strings
     with pytest.raises(ValueError, match="scan_layers 'sometimes'"):
         resolve_scan("sometimes", "cpu")
+
+
+@pytest.mark.parametrize("value, platform, scanned, want", [
+    ("auto", "gpu", False, True), ("auto", "cuda", False, True), ("auto", "cpu", False, False),
+    ("auto", "gpu", True, False), ("auto", "tpu", True, False), ("auto", "rocm", False, False),
+    ("true", "cpu", False, True), ("False", "gpu", False, False), (True, "tpu", False, True)])
+def test_unrolled_blocks_over_the_stack_on_nvidia_gpus(value, platform, scanned, want):
+    assert resolve_stacked_params(value, platform, scanned=scanned) is want
+
+
+def test_stacked_params_rejects_what_is_not_a_switch():
+    with pytest.raises(ValueError, match="stacked_params 'sometimes': expected True, False or 'auto'"):
+        resolve_stacked_params("sometimes", "gpu", scanned=False)
 
 
 @pytest.mark.parametrize("value,platform,rows,expected", [
@@ -219,6 +233,8 @@ def test_a_job_config_resolves_once(load_config):
     assert [resolve(c, p, batch_shards=1).model.recompute_activation for p in ("cpu", "gpu", "tpu")] == \
         ["true", "true", "false"]
     assert [resolve(c, p, batch_shards=1).model.gelu_impl for p in ("cpu", "gpu", "tpu")] == ["erfc", "erf", "erfc"]
+    assert [resolve(c, p, batch_shards=1).model.stacked_params for p in ("cpu", "gpu", "tpu")] == \
+        ["false", "true", "false"]
     assert [resolve(c, p, batch_shards=1).global_norm for p in ("cpu", "gpu", "tpu")] == \
         ["per_leaf", "grouped", "per_leaf"]
     assert "auto" not in cpu.to_json()

@@ -85,7 +85,7 @@ class Bench:
         m.update(vocab_size=a.vocab_size, dtype=a.dtype, scan_layers=str(a.scan).lower(), remat_policy=a.remat,
                  attention_impl=a.attention_impl, dropout_impl=a.dropout_impl, norm_impl=a.norm_impl,
                  gelu_impl=a.gelu_impl, attention_dropout_prob=dropout,
-                 recompute_activation=a.recompute_activation,
+                 recompute_activation=a.recompute_activation, stacked_params=a.stacked_params,
                  max_position_embeddings=max(m.max_position_embeddings, a.seq_len + (m.position_offset or 0)))
         config.update(per_device_batch=a.per_device_batch, unpad_multiple=a.unpad_multiple, global_norm=a.global_norm)
         config.data.update(max_seq_length=a.seq_len, max_predictions_per_seq=a.max_predictions)
@@ -178,7 +178,7 @@ class Bench:
                 "dtype": a.dtype, "remat": a.remat, "scan": cfg.scanned, "rng_impl": a.rng_impl,
                 "dropout_impl": cfg.dropout_impl, "norm_impl": cfg.norm_impl, "gelu_impl": cfg.gelu_impl,
                 "global_norm": self.global_norm,
-                "recompute_activation": cfg.recompute_activation,
+                "recompute_activation": cfg.recompute_activation, "stacked_params": cfg.stacked_params,
                 "attention_path": path, "unpad_multiple": a.unpad_multiple,
                 "per_device_batch": a.per_device_batch, "accumulation_steps": steps.accumulation_steps,
                 "mesh": dict(self.mesh.shape), "devices": self.mesh.devices.size, "device_kind": dev.device_kind,
@@ -342,6 +342,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     for key, choices in IMPLS.items():  # --attention_impl: config.model.attention_impl
         add(f"--{key.split('.')[-1]}", default="auto", choices=("auto", *choices), help=f"config.{key}")
     add("--recompute_activation", default="auto", choices=("auto", "true", "false"), help="model.recompute_activation")
+    add("--stacked_params", default="auto", choices=("auto", "true", "false"),
+        help="model.stacked_params: unrolled blocks over the stacked parameters")
     add("--rng_impl", default="threefry2x32", choices=("threefry2x32", "philox4x32", "rbg", "unsafe_rbg"))
     add("--per_device_batch", default="auto", metavar="auto|N", help="config.per_device_batch (0: no micro-batches)")
     add("--max_predictions", type=int, default=None, help="P (default: 5/32 of seq_len)")

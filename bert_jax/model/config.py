@@ -25,8 +25,8 @@ ATTENTION_IMPLS = ("xla", "cudnn", "explicit", "splash", "splash_interpret", "fl
 DROPOUT_IMPLS = ("jax", "fused")
 NORM_IMPLS = ("xla", "fused", "fused_interpret")
 GELU_IMPLS = ("erfc", "erf")
-EXECUTION_FIELDS = ("dtype", "scan_layers", "attention_impl", "dropout_impl", "norm_impl", "recompute_activation",
-                    "gelu_impl")
+EXECUTION_FIELDS = ("dtype", "scan_layers", "stacked_params", "attention_impl", "dropout_impl", "norm_impl",
+                    "recompute_activation", "gelu_impl")
 
 # name: (num_layers, hidden_size, num_heads). intermediate = 4 * hidden (the paper's choice).
 SIZES: dict[str, tuple[int, int, int]] = {
@@ -162,6 +162,12 @@ class BertConfig:
     # Checkpoints and stored weights hold one (stacked) layout and load into either. Rematerialisation
     # per block.
     scan_layers: bool = True
+    # Unrolled blocks only (a scan always reads the stack): each block's parameters sliced from the
+    # stacked arrays the scan uses (one array a parameter kind: 16 for BERT's blocks) instead of held
+    # per layer (one a layer and kind: 192 for BERT-base's), the same numbers; fewer arrays for the
+    # step's dispatch and the optimizer's kernels (docs/records.md, "Unrolled blocks over stacked
+    # parameters").
+    stacked_params: bool = False
     remat_policy: str = "none"  # none | full | dots_saveable | ... (jax.checkpoint_policies names)
     # jax.nn.dot_product_attention on XLA ("xla") or cuDNN's flash attention for padding masks
     # ("cudnn"), or the TPU's Pallas splash attention ("splash": segment ids for padding and packing,
@@ -187,12 +193,13 @@ class BertConfig:
     gelu_impl: Literal["erfc", "erf"] = "erfc"
 
     def __post_init__(self):
-        for name in ("scan_layers", "recompute_activation"):
+        for name in ("scan_layers", "stacked_params", "recompute_activation"):
             value = getattr(self, name)
             if isinstance(value, str) and value.lower() in ("true", "false"):
                 # ml_collections configs hold the field as a string ("true" | "false")
                 object.__setattr__(self, name, value.lower() == "true")
         execution = {"dtype": _is_dtype(self.dtype), "scan_layers": isinstance(self.scan_layers, bool),
+                     "stacked_params": isinstance(self.stacked_params, bool),
                      "attention_impl": self.attention_impl in ATTENTION_IMPLS,
                      "dropout_impl": self.dropout_impl in DROPOUT_IMPLS,
                      "norm_impl": self.norm_impl in NORM_IMPLS,
@@ -201,7 +208,8 @@ class BertConfig:
         if bad := [k for k, ok in execution.items() if not ok]:
             raise ValueError(
                 f"BertConfig field(s) {bad} = {[getattr(self, k) for k in bad]}: a model takes concrete values "
-                f"(dtype: a dtype name such as float32 or bfloat16; scan_layers: True or False; attention_impl: "
+                f"(dtype: a dtype name such as float32 or bfloat16; scan_layers, stacked_params: True or False; "
+                f"attention_impl: "
                 f"{' | '.join(ATTENTION_IMPLS)}; dropout_impl: {' | '.join(DROPOUT_IMPLS)}; norm_impl: "
                 f"{' | '.join(NORM_IMPLS)}; recompute_activation: True or False; gelu_impl: "
                 f"{' | '.join(GELU_IMPLS)}); a job config's 'auto' "
@@ -289,9 +297,9 @@ class BertConfig:
 
     @property
     def stacks_layers(self) -> bool:
-        """Whether the blocks' parameters are stacked on a ``layers`` axis (scanned, or ALBERT's
-        one shared block) rather than held per layer (``layers/0/...``)."""
-        return self.share_layers or self.scanned
+        """Whether the blocks' parameters are stacked on a ``layers`` axis (scanned, ALBERT's one
+        shared block, or ``stacked_params``) rather than held per layer (``layers/0/...``)."""
+        return self.share_layers or self.scanned or self.stacked_params
 
     @property
     def compute_dtype(self) -> Any:

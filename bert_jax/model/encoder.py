@@ -3,7 +3,8 @@
 Scanned (``cfg.scan_layers``; a job's default on TPU, bert_jax/resolve.py), the blocks'
 parameters are stacked along a leading ``layers`` axis (built with ``nnx.vmap``) and run as one
 ``jax.lax.scan`` (fast compile, constant program size); unrolled, each block holds its own
-parameters (``layers/0/...``, ``layers/1/...``), initialised to the same values. Checkpoints and
+parameters (``layers/0/...``, ``layers/1/...``), initialised to the same values, or with
+``cfg.stacked_params`` slices them from the stack (fewer arrays: a GPU's default). Checkpoints and
 stored weights hold the stacked layout and load into either (`bert_jax.model.layer_layout`).
 Both can rematerialise each block under a ``jax.checkpoint`` policy. With ``share_layers`` (ALBERT)
 the axis has length 1 and that one block runs ``num_layers`` times, scanned or not.
@@ -93,7 +94,8 @@ class BertEncoder(nnx.Module):
 
         stacked = make_layers(rngs)  # every parameter: [layers, ...] ([1, ...] when shared)
         # Unrolled, each block keeps its own arrays (no slicing out of, or gradients written back into, a
-        # stack: measured faster on CPU, docs/records.md), with the values the stack was initialised to.
+        # stack: measured faster on CPU, docs/records.md), with the values the stack was initialised to,
+        # unless ``stacked_params`` keeps the stack (fewer arrays to dispatch and update: a GPU's choice).
         self.layers = stacked if cfg.stacks_layers else nnx.Dict(
             {str(i): block for i, block in enumerate(unstack(stacked, cfg))})
         self.final_norm = layer_norm(cfg, rngs=rngs) if cfg.pre_norm else None

@@ -210,8 +210,9 @@ def resolved(config, mesh=None):
 
 
 # BertConfig fields a resumed run may change: how the model runs, and the training-time dropout and init.
-NOT_THE_MODEL = ("dtype", "scan_layers", "attention_impl", "dropout_impl", "norm_impl", "recompute_activation",
-                 "gelu_impl", "remat_policy", "hidden_dropout_prob", "attention_dropout_prob", "initializer_range")
+NOT_THE_MODEL = ("dtype", "scan_layers", "stacked_params", "attention_impl", "dropout_impl", "norm_impl",
+                 "recompute_activation", "gelu_impl", "remat_policy", "hidden_dropout_prob", "attention_dropout_prob",
+                 "initializer_range")
 
 
 def model_changes(saved: dict | None, model: BertConfig) -> list[str]:

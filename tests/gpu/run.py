@@ -69,8 +69,8 @@ ROOT = Path(__file__).resolve().parents[2]  # the checkout's root: bert_jax, inp
 # The variants timed beside the default step: each a change a GPU default could make, or the before of
 # one the GPU has not timed (docs/records.md): the default's GELU before it went through erf ("GELU
 # through erf on a GPU"); the global norms one reduction a parameter, before they were grouped ("The
-# global norms in grouped reductions"); XLA's RngBitGenerator for the dropout bits, the Threefry masks' kernels running
-# 3-16x their memory traffic in the H200 profile ("after the embedding fix"); the Pallas flash attention
+# global norms in grouped reductions"); each unrolled block with its own parameters, before they were
+# sliced from the stack ("Unrolled blocks over stacked parameters"); the Pallas flash attention
 # with the fused residual-dropout-LayerNorm kernel ("Flash attention with dropout for GPUs", "Residual,
 # dropout and LayerNorm in one kernel"). Each unrolled variant compiles for ~35 s.
 # Timed on an H200 and not again: the flash attention alone (9% faster), cuDNN's layer norm (7%: a
@@ -78,8 +78,11 @@ ROOT = Path(__file__).resolve().parents[2]  # the checkout's root: bert_jax, inp
 # embedding fix"; --dropout_impl fused (4% slower), --xla_option xla_gpu_enable_triton_gemm=false (nothing
 # on top of unrolled layers), --scan (9% slower: why the default is unrolled), --attention_dropout 0 (10%
 # faster, but a change of the recipe), "The GPU's defaults". Not yet, for time: --recompute_activation
-# false (the default chosen from the compiler's program: "GELU recomputed in the backward").
-VARIANTS = ("--gelu_impl erfc", "--global_norm per_leaf", "--rng_impl rbg", "--attention_impl flash --norm_impl fused")
+# false (the default chosen from the compiler's program: "GELU recomputed in the backward"); --rng_impl rbg
+# (XLA's RngBitGenerator for the XLA path's dropout bits: 2% slower on an H100, "A training step on one
+# H100", and --rng_impl unsafe_rbg within the noise on the H200).
+VARIANTS = ("--gelu_impl erfc", "--global_norm per_leaf", "--stacked_params false",
+            "--attention_impl flash --norm_impl fused")
 # Variants that change what is computed (the recipe), not how: timed for the record, never combined.
 RECIPE_CHANGES = ("--attention_dropout",)
 ONE = ["--mesh", "1,1,1"]  # one device: the run measures one GPU

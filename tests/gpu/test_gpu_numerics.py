@@ -253,7 +253,7 @@ def test_the_grouped_global_norm_on_the_gpu():
     from bert_jax.pretraining.objective import pretraining_model
     from bert_jax.training import global_norm as gn
 
-    make = pretraining_model(BertConfig.from_size("base", scan_layers=False), objective("bert"))  # as a GPU runs it
+    make = pretraining_model(BertConfig.from_size("base", scan_layers=False), objective("bert"))  # per layer: 206
     leaves = jax.tree.leaves(nnx.state(nnx.eval_shape(lambda: make(0)), nnx.Param))  # ShapeDtypeStructs
     keys = jax.random.split(jax.random.key(0), len(leaves))
     tree = [jax.device_put(jax.random.normal(k, x.shape), gpus()[0]) for k, x in zip(keys, leaves, strict=True)]

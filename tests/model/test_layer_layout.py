@@ -52,6 +52,34 @@ def test_config_resolves_scan_per_platform():
         BertConfig(scan_layers="sometimes")
 
 
+def test_unrolled_blocks_over_the_stack_compute_the_per_layer_numbers():
+    """``stacked_params``: unrolled blocks that slice their parameters from the scan's stacked arrays
+    hold the stored (stacked) layout, the scanned model's arrays (16 for 3 blocks' 48), with the
+    per-layer model's values, and compute its loss and gradients."""
+    over_stack, per_layer = build(False, stacked_params=True), build(False)
+    a, b = flat(over_stack), layer_layout.stack(flat(per_layer))
+    assert a.keys() == b.keys() and a["bert/layers/attention/query/kernel"].shape[0] == 3
+    count = lambda model: len(jax.tree.leaves(nnx.state(model, nnx.Param)))  # noqa: E731
+    assert count(over_stack) == count(per_layer) - 32
+    # the scanned model's state, so checkpoints save and restore it as theirs (test_checkpoints_hold_one_layout)
+    assert jax.tree.structure(nnx.state(over_stack, nnx.Param)) == jax.tree.structure(nnx.state(build(True), nnx.Param))
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    ids, mask, seg = batch()
+
+    def loss(model):
+        out = model.bert(ids, mask, seg, deterministic=False, rngs=nnx.Rngs(dropout=jax.random.key(4)))
+        return (out.sequence_output ** 2).mean()
+
+    la, ga = nnx.jit(nnx.value_and_grad(loss))(over_stack)
+    lb, gb = nnx.jit(nnx.value_and_grad(loss))(per_layer)
+    assert float(la) == pytest.approx(float(lb), rel=1e-6)
+    ga = traverse_util.flatten_dict(nnx.to_pure_dict(ga), sep="/")
+    gb = layer_layout.stack(traverse_util.flatten_dict(nnx.to_pure_dict(gb), sep="/"))
+    for k in ga:
+        np.testing.assert_allclose(ga[k], gb[k], rtol=1e-5, atol=1e-7, err_msg=k)
+
+
 def test_same_initial_values_outputs_and_gradients():
     stacked, per_layer = build(True), build(False)
     a, b = flat(stacked), flat(per_layer)

@@ -1,8 +1,8 @@
 """What a GPU runs, on the CPU: the model resolved for "gpu" (bfloat16, cuDNN attention routed to XLA
-by tests/fixtures/attention_paths.py, unrolled, jax.random dropout, GELU through erf) gives the CPU's float32 loss and
-gradients within bfloat16's tolerance, for BERT (the paper's dropout: explicit attention; without
-attention dropout: cuDNN) and ModernBERT (cuDNN's global layers, XLA's local ones). The same
-comparison with a real GPU: tests/gpu/test_gpu_numerics.py."""
+by tests/fixtures/attention_paths.py, unrolled over the stacked parameters, jax.random dropout, GELU
+through erf) gives the CPU's float32 loss and gradients within bfloat16's tolerance, for BERT (the
+paper's dropout: explicit attention; without attention dropout: cuDNN) and ModernBERT (cuDNN's global
+layers, XLA's local ones). The same comparison with a real GPU: tests/gpu/test_gpu_numerics.py."""
 
 import jax
 import pytest
@@ -32,8 +32,8 @@ LOSS_TOLERANCE, GRAD_TOLERANCE = 1e-2, 4e-2
     pytest.param("modernbert", {}, {"cudnn", "xla"}, marks=pytest.mark.slow)])
 def test_gpu_resolved_step_matches_the_cpu_float32_step(family, fields, calls, cudnn_routed_to_xla):
     gpu = resolved(family, "gpu", **fields)
-    assert (gpu.dtype, gpu.attention_impl, gpu.scan_layers, gpu.dropout_impl, gpu.gelu_impl) == \
-        ("bfloat16", "cudnn", False, "jax", "erf")
+    assert (gpu.dtype, gpu.attention_impl, gpu.scan_layers, gpu.stacked_params, gpu.dropout_impl, gpu.gelu_impl) == \
+        ("bfloat16", "cudnn", False, True, "jax", "erf")
     ref, task, rows, cpu = reference(family, gpu, **fields), objective(family), batch(), jax.devices("cpu")[0]
     params = initial_params(ref, task)
     loss_ref, grads_ref = loss_and_grads(ref, task, params, rows, cpu)
