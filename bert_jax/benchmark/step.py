@@ -341,9 +341,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     add("--attention_dropout", type=float, default=None, help="default: the recipe's")
     for key, choices in IMPLS.items():  # --attention_impl: config.model.attention_impl
         add(f"--{key.split('.')[-1]}", default="auto", choices=("auto", *choices), help=f"config.{key}")
-    add("--recompute_activation", default="auto", choices=("auto", "true", "false"), help="model.recompute_activation")
-    add("--stacked_params", default="auto", choices=("auto", "true", "false"),
-        help="model.stacked_params: unrolled blocks over the stacked parameters")
+    for switch in ("recompute_activation", "stacked_params"):  # config.model.<switch>
+        add(f"--{switch}", default="auto", choices=("auto", "true", "false"), help=f"model.{switch}")
     add("--rng_impl", default="threefry2x32", choices=("threefry2x32", "philox4x32", "rbg", "unsafe_rbg"))
     add("--per_device_batch", default="auto", metavar="auto|N", help="config.per_device_batch (0: no micro-batches)")
     add("--max_predictions", type=int, default=None, help="P (default: 5/32 of seq_len)")
@@ -368,10 +367,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     add("--profile_steps", type=int, default=3, help="steps --profile traces")
     add("--json", action="store_true", help="print the JSON line instead of a summary")
     add("--output", default="", metavar="PATH", help="append each result to PATH as a JSON line")
-    argv, given = [], list(sys.argv[1:] if argv is None else argv)
-    while given:  # "--variant --noscan": one value (argparse would read two flags)
-        x = given.pop(0)
-        argv.append(f"--variant={given.pop(0)}" if x == "--variant" and given else x)
+    argv = joined_variants(sys.argv[1:] if argv is None else argv)
     a = p.parse_args(argv)
     if a.size is None:  # the recipe's default size
         a.size = load_config_file("pretrain", f"model={a.model}").model.size.removeprefix(f"{a.model}-")
@@ -403,6 +399,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     if a.compare or a.variant:
         peers.check_args(p, a)
     return a
+
+
+def joined_variants(argv: list[str]) -> list[str]:
+    """``argv`` with each ``--variant FLAGS`` as one ``--variant=FLAGS`` ("--variant --noscan": one
+    value, where argparse would read two flags)."""
+    out, given = [], list(argv)
+    while given:
+        x = given.pop(0)
+        out.append(f"--variant={given.pop(0)}" if x == "--variant" and given else x)
+    return out
 
 
 def variant_args(parser, argv: list[str], variant: str) -> argparse.Namespace:

@@ -65,33 +65,15 @@ def test_unrolled_blocks_over_the_stack_compute_the_per_layer_numbers():
     assert jax.tree.structure(nnx.state(over_stack, nnx.Param)) == jax.tree.structure(nnx.state(build(True), nnx.Param))
     for k in a:
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    same_loss_and_gradients(over_stack, per_layer)
+
+
+def same_loss_and_gradients(stacked, per_layer):
+    """Asserts a training-mode loss (dropout on, the same keys per layer in both layouts) and its
+    gradients agree between a model of the stacked layout and one of the per-layer layout."""
     ids, mask, seg = batch()
 
     def loss(model):
-        out = model.bert(ids, mask, seg, deterministic=False, rngs=nnx.Rngs(dropout=jax.random.key(4)))
-        return (out.sequence_output ** 2).mean()
-
-    la, ga = nnx.jit(nnx.value_and_grad(loss))(over_stack)
-    lb, gb = nnx.jit(nnx.value_and_grad(loss))(per_layer)
-    assert float(la) == pytest.approx(float(lb), rel=1e-6)
-    ga = traverse_util.flatten_dict(nnx.to_pure_dict(ga), sep="/")
-    gb = layer_layout.stack(traverse_util.flatten_dict(nnx.to_pure_dict(gb), sep="/"))
-    for k in ga:
-        np.testing.assert_allclose(ga[k], gb[k], rtol=1e-5, atol=1e-7, err_msg=k)
-
-
-def test_same_initial_values_outputs_and_gradients():
-    stacked, per_layer = build(True), build(False)
-    a, b = flat(stacked), flat(per_layer)
-    assert "bert/layers/attention/query/kernel" in a and a["bert/layers/attention/query/kernel"].shape[0] == 3
-    assert "bert/layers/2/attention/query/kernel" in b and "bert/layers/attention/query/kernel" not in b
-    assert set(layer_layout.stack(b)) == set(a)
-    for k, v in layer_layout.stack(b).items():
-        np.testing.assert_array_equal(v, a[k], err_msg=k)
-
-    ids, mask, seg = batch()
-
-    def loss(model):  # training mode: dropout on, the same keys per layer in both layouts
         out = model.bert(ids, mask, seg, deterministic=False, rngs=nnx.Rngs(dropout=jax.random.key(4)))
         return (out.sequence_output ** 2).mean()
 
@@ -103,6 +85,18 @@ def test_same_initial_values_outputs_and_gradients():
     for k in ga:
         np.testing.assert_allclose(gb[k], ga[k], rtol=1e-5, atol=1e-7, err_msg=k)
 
+
+def test_same_initial_values_outputs_and_gradients():
+    stacked, per_layer = build(True), build(False)
+    a, b = flat(stacked), flat(per_layer)
+    assert "bert/layers/attention/query/kernel" in a and a["bert/layers/attention/query/kernel"].shape[0] == 3
+    assert "bert/layers/2/attention/query/kernel" in b and "bert/layers/attention/query/kernel" not in b
+    assert set(layer_layout.stack(b)) == set(a)
+    for k, v in layer_layout.stack(b).items():
+        np.testing.assert_array_equal(v, a[k], err_msg=k)
+    same_loss_and_gradients(stacked, per_layer)
+
+    ids, mask, seg = batch()
     outputs = nnx.jit(lambda m: m.bert(ids, mask, seg, output_hidden_states=True, output_attentions=True))
     out_a, out_b = outputs(stacked), outputs(per_layer)
     assert out_b.hidden_states.shape == (4, 2, 24, 128) and out_b.attentions.shape == (3, 2, 2, 24, 24)
