@@ -56,24 +56,14 @@ def unigram_baseline(config, eval_epochs: int = 5) -> tuple[int, dict]:
 
     import numpy as np
 
-    from input_pipeline.pretraining.dataset import make_pretraining_dataset
-
-    def passes(split: str, epochs: int):
-        data = make_pretraining_dataset(config, split=split, batch_size=config.batch_size)
-        while True:
-            batch = next(data)
-            if data.state()["epoch"] >= epochs:
-                return
-            yield data.state()["epoch"], batch
-
     counts = collections.Counter()
-    for _, b in passes("train", 1):
+    for _, b in passes(config, "train", 1):
         counts.update(b["masked_lm_ids"][b["masked_lm_weights"] > 0].tolist())
     token = counts.most_common(1)[0][0]
     hits = total = eval_batches = 0
     held_out = collections.Counter()
     fingerprint = hashlib.sha256()
-    for epoch, b in passes("eval", eval_epochs):
+    for epoch, b in passes(config, "eval", eval_epochs):
         eval_batches += epoch == 0
         if epoch == 0:
             held_out_fingerprint(fingerprint, b)
@@ -105,15 +95,22 @@ def held_out_sha256(config) -> str:
     `unigram_baseline` reports as ``held_out_sha256``, without its other passes."""
     import hashlib
 
+    h = hashlib.sha256()
+    for _, batch in passes(config, "eval", 1):
+        held_out_fingerprint(h, batch)
+    return h.hexdigest()
+
+
+def passes(config, split: str, epochs: int):
+    """(epoch, batch) of ``config``'s pre-training batches of ``split`` for its first ``epochs`` passes."""
     from input_pipeline.pretraining.dataset import make_pretraining_dataset
 
-    h = hashlib.sha256()
-    data = make_pretraining_dataset(config, split="eval", batch_size=config.batch_size)
+    data = make_pretraining_dataset(config, split=split, batch_size=config.batch_size)
     while True:
         batch = next(data)
-        if data.state()["epoch"] >= 1:
-            return h.hexdigest()
-        held_out_fingerprint(h, batch)
+        if data.state()["epoch"] >= epochs:
+            return
+        yield data.state()["epoch"], batch
 
 
 def held_out_fingerprint(h, batch: dict):
