@@ -233,7 +233,11 @@ def compile_step(config, devices, batch_size: int, compile: bool = True) -> dict
     rng = jax.eval_shape(lambda: jax.random.key(0, impl=config.rng_impl))
     start = time.perf_counter()
     try:
-        compiled = steps.train_fn.lower(steps.layout.target(), batch, rng).compile()
+        # The mesh's abstract device names the target chip: Pallas's GPU lowering (JAX >= 0.11) reads
+        # the compute capability from it when no GPU is attached.
+        with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+            lowered = steps.train_fn.lower(steps.layout.target(), batch, rng)
+        compiled = lowered.compile()
     except jax.errors.JaxRuntimeError as e:  # the compiler's own verdict: it does not fit
         if "RESOURCE_EXHAUSTED" not in str(e):
             raise
