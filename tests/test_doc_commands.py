@@ -773,28 +773,27 @@ def check_tool_arguments(module: str, args: list[str]) -> None:
 
     from bert_jax.config_args import check_command_line
 
+    # Every public way into argparse, the outermost call stopped once parsed (pytest on Python >= 3.12.8
+    # parses with the intermixed ones, which do not go through parse_args or parse_known_args).
     state = {"inner": 0}
-    orig_parse_args = argparse.ArgumentParser.parse_args
-    orig_parse_known = argparse.ArgumentParser.parse_known_args
+    names = [n for n in ("parse_args", "parse_known_args", "parse_intermixed_args", "parse_known_intermixed_args")
+             if hasattr(argparse.ArgumentParser, n)]
+    originals = {n: getattr(argparse.ArgumentParser, n) for n in names}
 
-    def parse_args(self, a=None, namespace=None):
-        state["inner"] += 1
-        try:
-            result = orig_parse_args(self, a, namespace)
-        finally:
-            state["inner"] -= 1
-        if state["inner"] == 0:
-            raise _Parsed(result)
-        return result
-
-    def parse_known_args(self, a=None, namespace=None):
-        result = orig_parse_known(self, a, namespace)
-        if state["inner"] == 0:
-            extra = [x for x in result[1] if not x.startswith("--config.")]
-            if extra:
-                raise Reject(f"unrecognized arguments: {' '.join(extra)}")
-            raise _Parsed(result)
-        return result
+    def intercepted(name):
+        def method(self, a=None, namespace=None):
+            state["inner"] += 1
+            try:
+                result = originals[name](self, a, namespace)
+            finally:
+                state["inner"] -= 1
+            if state["inner"] == 0:
+                extra = [x for x in result[1] if not x.startswith("--config.")] if "known" in name else []
+                if extra:
+                    raise Reject(f"unrecognized arguments: {' '.join(extra)}")
+                raise _Parsed(result)
+            return result
+        return method
 
     def run(main, argv=None, flags_parser=None):
         (flags_parser or (lambda a: flags.FLAGS(a)))(list(sys.argv) if argv is None else argv)
@@ -810,7 +809,8 @@ def check_tool_arguments(module: str, args: list[str]) -> None:
     sys.argv = argv
     flags.FLAGS = flags.FlagValues()
     app.run = run
-    argparse.ArgumentParser.parse_args, argparse.ArgumentParser.parse_known_args = parse_args, parse_known_args
+    for name in names:
+        setattr(argparse.ArgumentParser, name, intercepted(name))
     try:
         with _captured() as err:
             try:
@@ -828,7 +828,8 @@ def check_tool_arguments(module: str, args: list[str]) -> None:
         raise Reject(f"{module} ran to its end without parsing arguments (nothing to check)")
     finally:
         sys.argv, flags.FLAGS, app.run = saved
-        argparse.ArgumentParser.parse_args, argparse.ArgumentParser.parse_known_args = orig_parse_args, orig_parse_known
+        for name, method in originals.items():
+            setattr(argparse.ArgumentParser, name, method)
 
 
 def _parse_absl(parse, argv: list[str]) -> list[str]:

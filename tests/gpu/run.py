@@ -81,8 +81,11 @@ ROOT = Path(__file__).resolve().parents[2]  # the checkout's root: bert_jax, inp
 # false (the default chosen from the compiler's program: "GELU recomputed in the backward"); --rng_impl rbg
 # (XLA's RngBitGenerator for the XLA path's dropout bits: 2% slower on an H100, "A training step on one
 # H100", and --rng_impl unsafe_rbg within the noise on the H200).
+# The last: the same with XLA's dot merger off; JAX 0.11's compiler merges the key's and value's products
+# into one and copies both halves out for the flash kernel ("The GPU's programs under JAX 0.11.2").
 VARIANTS = ("--gelu_impl erfc", "--global_norm per_leaf", "--stacked_params false",
-            "--attention_impl flash --norm_impl fused")
+            "--attention_impl flash --norm_impl fused",
+            "--attention_impl flash --norm_impl fused --xla_option xla_gpu_dot_merger_threshold_mb=0")
 # Variants that change what is computed (the recipe), not how: timed for the record, never combined.
 RECIPE_CHANGES = ("--attention_dropout",)
 ONE = ["--mesh", "1,1,1"]  # one device: the run measures one GPU
