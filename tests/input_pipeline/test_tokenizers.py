@@ -116,11 +116,12 @@ def test_every_code_point_normalises_as_hf(minilm_tokenizer, golden, lower_case)
 
     Both tokenizers take their character classes from Python's ``unicodedata``, so the digests hold for
     the Unicode version the golden was made with (Python 3.11: 14.0.0); Python 3.13's 15.1.0 classes the
-    code points added since, in both tokenizers alike, and needs `make golden` run with it."""
+    code points added since, in both tokenizers alike (checked: docs/records.md, "`make test` on Python
+    3.13 with the newest packages")."""
     made_with = str(golden["unicodedata_version"])
     if unicodedata.unidata_version != made_with:
         pytest.skip(f"tokenizer_golden.npz holds HF's words under Unicode {made_with}; this Python's "
-                    f"unicodedata is {unicodedata.unidata_version}: run `make golden` with this Python")
+                    f"unicodedata is {unicodedata.unidata_version} (tests/golden/README.md)")
     tok = WordPieceTokenizer(minilm_tokenizer.vocab_file, lower_case=lower_case)
     texts = [" ".join(f"x{chr(c)}y" for c in range(lo, lo + 4096) if not 0xD800 <= c <= 0xDFFF)
              for lo in range(0, 0x110000, 4096)]
