@@ -24,6 +24,7 @@ import math
 import jax
 
 from bert_jax.config_args import is_finetuning
+from bert_jax.training import compiler_options
 from bert_jax.training.checkpoints import as_path
 
 BYTES_PER_FLOAT = 4  # parameters and Adam's two moments are float32 whatever the compute dtype
@@ -40,6 +41,8 @@ def dry_run(config, workdir, hosts: int | None = None) -> str:
         raise ValueError(f"--hosts {hosts}: expected a number of hosts >= 1, for a job with --config.multihost=True")
     mesh = sh.config_mesh(config)
     c = resolved(config, mesh)
+    options = compiler_options.of_config(c)
+    compiler_options.check(options)
     where = f"resolved for {jax.default_backend()}, {jax.device_count()} device(s)"
     if c.multihost:
         where += f"; multihost: planned for {hosts} host(s)" if hosts else "; multihost"
@@ -51,6 +54,8 @@ def dry_run(config, workdir, hosts: int | None = None) -> str:
         lines += _finetuning(c)
     else:
         lines += _pretraining(c, workdir, mesh, hosts or 1, warnings)
+    if options:
+        lines.append(f"XLA options of the steps: {compiler_options.text(options)}")
     return "\n".join(lines + [f"warning: {w}" for w in warnings])
 
 

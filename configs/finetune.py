@@ -92,6 +92,7 @@ def get_config(arg=None):
     config.mesh_shape = (-1, 1, 1)
     config.sharding_rules = DEFAULT_RULES
     config.global_norm = "auto"  # the clip's norm: per_leaf | grouped (fewer kernels; whole parameters only)
+    config.xla_options = ""  # the steps' XLA compiler options, "name=value ..." (bert_jax/training/compiler_options.py)
     if args.runlocal:  # the tiny model for a few steps on a CPU (smoke runs and tests)
         config.model.size = "tiny"
         config.batch_size, config.eval_batch_size = 8, 16

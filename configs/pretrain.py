@@ -90,6 +90,7 @@ def get_config(arg=None):
     config.mesh_shape = (-1, 1, 1)  # (data, fsdp, tensor); e.g. (-1, 8, 1): FSDP on a pod slice
     config.sharding_rules = DEFAULT_RULES  # logical axis -> mesh axes (bert_jax/training/sharding_rules.py)
     config.global_norm = "auto"  # the clip's norm: per_leaf | grouped (fewer kernels; whole parameters only)
+    config.xla_options = ""  # the steps' XLA compiler options, "name=value ..." (bert_jax/training/compiler_options.py)
     config.log_every, config.eval_every, config.eval_steps = 100, 10_000, 50
     config.checkpoint_every, config.keep_checkpoints = 5_000, 3
     config.restore = "latest"  # or "previous" or a step (docs/robustness.md)

@@ -275,6 +275,7 @@ def test_training_holds_the_trainer_the_step_builder_and_the_services():
     found = {p.stem for p in (ROOT / "bert_jax" / "training").glob("*.py")} - {"__init__"}
     assert found == {"trainer", "task", "steps",  # the trainer, its contract with a task, the step builder
                      "optim", "trust_ratio", "global_norm", "sharding", "sharding_rules",  # the step builder's
+                     "compiler_options",
                      "checkpoints", "metric_writer", "progress", "preemption", "workdir_lock", "distributed"}, found
 
 

@@ -123,6 +123,15 @@ def test_the_table():
     assert SLOW <= {c[0] for c in CASES}
 
 
+def test_the_robustness_page_shows_every_case_and_counts_them():
+    """docs/robustness.md's table has one row a case, in the table's order, and its counts are the table's."""
+    page = (ROOT / "docs" / "robustness.md").read_text()
+    rows = re.findall(r"^\| ([^|]+?) \| ([^|]+?) \| `error: ", page, re.M)
+    assert [f"{category}: {example}" for category, example in rows] == [c[0] for c in CASES]
+    assert f"the {len(CASES)} bad inputs" in page
+    assert f"{len(CASES) - len(SLOW)} of the cases run in the fast suite; {len(SLOW)} " in page
+
+
 def test_divergence_is_one_line_with_status_1(files, tmp_path, capsys, monkeypatch):
     """A NaN loss (bert_jax/training/trainer.py's TrainingDivergedError) ends train.py with one line."""
     from bert_jax import launch

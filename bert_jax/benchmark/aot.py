@@ -41,6 +41,7 @@ from bert_jax.benchmark import trainer_steps
 from bert_jax.benchmark.flops import model_flops
 from bert_jax.config_args import check_command_line, is_finetuning
 from bert_jax.resolve import resolve
+from bert_jax.training import compiler_options
 from bert_jax.training import sharding as sh
 from bert_jax.training.sharding_rules import config_rules
 from input_pipeline import command_line as cli
@@ -172,7 +173,8 @@ def gpu_devices(spec: str):
 
 def load_config(spec: str, overrides: list[str], platform: str = "tpu"):
     """``configs/x.py[:arg]`` with ``--config.a.b=value`` overrides as ``train.py`` reads them, resolved
-    for ``platform`` ("tpu", "gpu"): "auto" means the platform that runs it, not this host's CPU."""
+    for ``platform`` ("tpu", "gpu"): "auto" means the platform that runs it, not this host's CPU. Its
+    ``xla_options`` are checked as the trainer checks them (on this host's backend)."""
     argv = ["aot", f"--config={spec}", *overrides]
     check_command_line(argv)  # a missing file or key: one line
     fv = flags.FlagValues()
@@ -181,7 +183,9 @@ def load_config(spec: str, overrides: list[str], platform: str = "tpu"):
         fv(argv)
     except flags.Error as e:
         raise ValueError(cli.message(e)) from e
-    return resolve(fv.config, platform)
+    config = resolve(fv.config, platform)
+    compiler_options.check(compiler_options.of_config(config))
+    return config
 
 
 def compiler_seconds(optimal_seconds: float, hlo_text: str) -> float:

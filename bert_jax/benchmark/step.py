@@ -37,6 +37,7 @@ from bert_jax.benchmark.flops import device_peak, model_flops
 from bert_jax.config_args import config_module, load_config_file
 from bert_jax.model.config import GELU_IMPLS
 from bert_jax.resolve import resolve, resolve_per_device_batch
+from bert_jax.training import compiler_options
 from bert_jax.training import sharding as sh
 from bert_jax.training.global_norm import GLOBAL_NORMS
 from bert_jax.training.sharding_rules import config_rules
@@ -97,8 +98,7 @@ class Bench:
         self._steps, self._host = {}, (None, [])  # batch size -> its Steps; (batch size, its host batches)
         self.steps(a.batch_size[0])  # and self.cfg: the recipe's model as the trainer builds it
         self.rng, self.state = jax.random.key(0, impl=a.rng_impl), None
-        self.options = {k: json.loads(v) if v[:1].isdigit() or v in ("true", "false") else v
-                        for k, _, v in (o.partition("=") for o in a.xla_option)} or None
+        self.options = compiler_options.parse(" ".join(a.xla_option), "--xla_option") or None
 
     def steps(self, batch_size: int):
         """The trainer's steps for a global batch of ``batch_size`` (its micro-batches follow the batch)."""

@@ -46,6 +46,7 @@ from bert_jax.finetuning import lengths
 from bert_jax.model.config import BertConfig
 from bert_jax.model.models import BertClassifier, BertForQuestionAnswering, BertTagger
 from bert_jax.resolve import described_model
+from bert_jax.training import compiler_options
 from bert_jax.training import sharding as sh
 from bert_jax.training import steps as steps_lib
 from bert_jax.training.sharding_rules import config_rules
@@ -185,7 +186,8 @@ def jit_finetuning_steps(config, cfg: BertConfig, kind: str, num_labels: int, to
     return jit_steps(functools.partial(make_model, cfg, kind, num_labels),
                      {**opt, "warmup_steps": warmup, "num_train_steps": total}, mesh, rules,
                      functools.partial(train_step, kind=kind, accumulation_steps=accumulation),
-                     functools.partial(eval_step, kind=kind), accumulation, config.get("global_norm", "per_leaf"))
+                     functools.partial(eval_step, kind=kind), accumulation, config.get("global_norm", "per_leaf"),
+                     compiler_options.of_config(config))
 
 
 def load_data(config, task, tokenizer) -> dict:

@@ -25,6 +25,7 @@ from bert_jax.model.electra import ElectraForPreTraining, ElectraOutput
 from bert_jax.model.models import BertForPreTraining
 from bert_jax.pretraining import health
 from bert_jax.pretraining.cross_entropy import softmax_cross_entropy
+from bert_jax.training import compiler_options
 from bert_jax.training import steps as steps_lib
 from bert_jax.training.sharding_rules import config_rules
 from bert_jax.training.steps import Steps, TrainState, accumulation_steps, jit_steps, new_state
@@ -206,4 +207,4 @@ def jit_pretraining_steps(config, model_config: BertConfig, mesh: Mesh) -> Steps
     make_model = pretraining_model(model_config, config.objective, electra_settings(config))
     return jit_steps(make_model, optimizer, mesh, rules,
                      functools.partial(train_step, accumulation_steps=accumulation), eval_step, accumulation,
-                     config.get("global_norm", "per_leaf"))
+                     config.get("global_norm", "per_leaf"), compiler_options.of_config(config))

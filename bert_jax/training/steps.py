@@ -188,12 +188,14 @@ def traced_under(fn: Callable, mesh: Mesh, rules: tuple) -> Callable:
 
 
 def jit_steps(make_model: Callable, optimizer: dict, mesh: Mesh, rules: tuple, train_step: Callable,
-              eval_step: Callable, accumulation_steps: int = 1, global_norm: str = "per_leaf") -> Steps:
+              eval_step: Callable, accumulation_steps: int = 1, global_norm: str = "per_leaf",
+              compiler_options: dict | None = None) -> Steps:
     """``optimizer``: `make_optimizer`'s settings (learning rate, schedule, warmup and total steps,
     decay, clipping); ``train_step`` / ``eval_step`` with their task's arguments already bound
     (``functools.partial``); ``accumulation_steps``: what ``train_step`` was bound with, recorded;
     ``global_norm``: how the clip's and the logged norms are computed (a config's resolved
-    ``global_norm``, bert_jax/training/global_norm.py)."""
+    ``global_norm``, bert_jax/training/global_norm.py); ``compiler_options``: XLA's, for both steps'
+    compiles (a config's ``xla_options``, bert_jax/training/compiler_options.py)."""
     tx, schedule = make_optimizer(optimizer, stacked=model_stacked_axes(make_model), global_norm=global_norm)
     norm = norm_fn(global_norm)
     layout = state_layout(make_model, tx, mesh, rules)
@@ -201,7 +203,7 @@ def jit_steps(make_model: Callable, optimizer: dict, mesh: Mesh, rules: tuple, t
     train_fn = jax.jit(traced_under(functools.partial(train_step, graphdef=layout.graphdef, tx=tx, schedule=schedule,
                                                       norm=norm), mesh, rules),
                        in_shardings=(layout.shardings, batch_sh, None), out_shardings=(layout.shardings, None),
-                       donate_argnums=0)
+                       donate_argnums=0, compiler_options=compiler_options)
     eval_fn = jax.jit(traced_under(functools.partial(eval_step, graphdef=layout.graphdef), mesh, rules),
-                      in_shardings=(layout.shardings.params, batch_sh))
+                      in_shardings=(layout.shardings.params, batch_sh), compiler_options=compiler_options)
     return Steps(layout, train_fn, eval_fn, mesh, rules, batch_sh, schedule, accumulation_steps, norm)

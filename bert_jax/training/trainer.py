@@ -38,6 +38,7 @@ import numpy as np
 from bert_jax.config_args import is_finetuning
 from bert_jax.model.config import BertConfig
 from bert_jax.resolve import resolve
+from bert_jax.training import compiler_options
 from bert_jax.training import sharding as sh
 from bert_jax.training.checkpoints import Checkpointer, CheckpointRestoreError, as_path
 from bert_jax.training.distributed import initialize
@@ -81,6 +82,7 @@ def run(config, workdir: str | Path, task_type: type[Task], preemption: Preempti
         workdir = as_path(workdir)
         is_main = jax.process_index() == 0
         config = resolved(config)
+        compiler_options.check(compiler_options.of_config(config))  # a refused XLA option: one line, nothing written
         hide_accelerators_from_tf()  # before the task's input imports TensorFlow
         task = task_type(config, is_main)  # reads the inputs: bad input stops here, nothing written
         try:

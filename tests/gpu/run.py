@@ -74,7 +74,7 @@ ROOT = Path(__file__).resolve().parents[2]  # the checkout's root: bert_jax, inp
 # with the fused residual-dropout-LayerNorm kernel ("Flash attention with dropout for GPUs", "Residual,
 # dropout and LayerNorm in one kernel"). Each unrolled variant compiles for ~35 s.
 # Timed on an H200 and not again: the flash attention alone (9% faster), cuDNN's layer norm (7%: a
-# compiler option the trainer does not set), docs/records.md "BERT-base's step on one H200 after the
+# compiler option, `--config.xla_options`, not a default), docs/records.md "BERT-base's step on one H200 after the
 # embedding fix"; --dropout_impl fused (4% slower), --xla_option xla_gpu_enable_triton_gemm=false (nothing
 # on top of unrolled layers), --scan (9% slower: why the default is unrolled), --attention_dropout 0 (10%
 # faster, but a change of the recipe), "The GPU's defaults". Not yet, for time: --recompute_activation
