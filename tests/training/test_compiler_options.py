@@ -38,7 +38,7 @@ def test_the_check_compiles_with_the_options_on_this_backend():
         compiler_options.check({"xla_gpu_dot_merger_threshold_mb": "x"}, "--flag")
 
 
-# ~5 s each; fine-tuning's builder takes the same argument from its config (~10 s with its imports): slow.
+# ~8 s each; fine-tuning's builder takes the same argument from its config (~13 s with its imports): slow.
 @pytest.mark.parametrize("spec", ["pretrain:size=tiny,synthetic",
                                   pytest.param("glue:task=mrpc,runlocal", marks=pytest.mark.slow)])
 def test_both_steps_compile_with_the_configs_options(spec, tmp_path):
