@@ -243,6 +243,8 @@ def compile_step(config, devices, batch_size: int, compile: bool = True) -> dict
             lowered = steps.train_fn.lower(steps.layout.target(), batch, rng)
         compiled = lowered.compile()
     except jax.errors.JaxRuntimeError as e:  # the compiler's own verdict: it does not fit
+        if (refusal := compiler_options.refused(e, compiler_options.of_config(config))) is not None:
+            raise refusal from None  # the target's compiler refused an option (a TPU's own: checked here only)
         if "RESOURCE_EXHAUSTED" not in str(e):
             raise
         return dict(out, compile_s=round(time.perf_counter() - start, 1), error=cli.message(e)[:300])

@@ -9,7 +9,8 @@ the train and eval steps' compiles only (`bert_jax.training.steps.jit_steps`); t
 ``--xla_option`` and ahead-of-time compilation take the same. `check` compiles a one-line program with
 them on the job's backend, so an unknown name or a value of the wrong type stops the job (and its dry
 run) before anything is built, naming the option. XLA's CPU and GPU compilers know one set of options
-(a GPU's is accepted, and does nothing, on a CPU); a TPU's own (``xla_tpu_*``) are checked on a TPU only.
+(a GPU's is accepted, and does nothing, on a CPU); a TPU's own (``xla_tpu_*``) are checked on a TPU only,
+and by the AOT tool's TPU compiles (`refused` turns the compile's error into the same line).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from __future__ import annotations
 import re
 
 KEY = "xla_options"  # the config's key
+CONFIG_KEY = f"--config.{KEY}"
+REFUSALS = ("No such compile option", "While setting option")  # how XLA's compile says it refuses an option
 NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 TPU_PREFIX = "xla_tpu_"  # options only a TPU's compiler (libtpu) knows
 
@@ -52,10 +55,19 @@ def text(options: dict) -> str:
 
 def of_config(config) -> dict[str, bool | int | float | str] | None:
     """``config.xla_options`` parsed (None: none set, or a config without the key)."""
-    return parse(config.get(KEY, ""), f"--config.{KEY}") or None
+    return parse(config.get(KEY, ""), CONFIG_KEY) or None
 
 
-def check(options: dict | None, key: str = f"--config.{KEY}") -> None:
+def refused(error: Exception, options: dict | None, key: str = CONFIG_KEY) -> ValueError | None:
+    """A compile's ``error`` as the one-line ``ValueError`` naming ``key`` when it is XLA refusing
+    ``options``; None when it is anything else."""
+    first = (str(error).splitlines() or [""])[0]
+    if not options or not any(r in first for r in REFUSALS):
+        return None
+    return ValueError(f"{key}: XLA refused {options}: {first.removeprefix('INVALID_ARGUMENT: ')}")
+
+
+def check(options: dict | None, key: str = CONFIG_KEY) -> None:
     """Compiles a one-line program with ``options`` on JAX's default backend: XLA's refusal (an
     unknown option, a value of the wrong type) as a one-line ``ValueError`` naming ``key``. Off a
     TPU, the TPU's own options (``xla_tpu_*``) are left out (that compiler alone knows them)."""
@@ -69,5 +81,4 @@ def check(options: dict | None, key: str = f"--config.{KEY}") -> None:
     try:
         jax.jit(lambda: jnp.zeros((), jnp.int32) + 1, compiler_options=options).lower().compile()
     except jax.errors.JaxRuntimeError as e:
-        reason = str(e).splitlines()[0].removeprefix("INVALID_ARGUMENT: ")
-        raise ValueError(f"{key}: XLA refused {options}: {reason}") from None
+        raise refused(e, options, key) or e from None
