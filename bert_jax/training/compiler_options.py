@@ -36,7 +36,7 @@ def value(text: str) -> bool | int | float | str:
     return text
 
 
-def parse(text: str, key: str = KEY) -> dict[str, bool | int | float | str]:
+def parse(text: str, key: str = CONFIG_KEY) -> dict[str, bool | int | float | str]:
     """``"--name=value --name=value"`` (``key``: the config key or flag named in errors) as a dict."""
     options = {}
     for item in (text or "").split():
